@@ -1,0 +1,17 @@
+"""ors-server: serve RL environments for LLM agents as sessions, over ORS, MCP and Eval Protocol's control plane.
+
+What an environment author imports lives here; everything else in the package is internal.
+"""
+
+from ors_server.environment import Environment, tool
+from ors_server.types import Blocks, ImageBlock, Split, TextBlock, ToolOutput
+
+__all__ = [
+    "Blocks",
+    "Environment",
+    "ImageBlock",
+    "Split",
+    "TextBlock",
+    "ToolOutput",
+    "tool",
+]

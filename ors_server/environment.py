@@ -1,0 +1,184 @@
+"""The authoring API: an `Environment` subclass with `@tool` methods is all an environment author writes.
+
+    class Math(Environment):
+        name = "math"
+
+        @classmethod
+        def list_splits(cls): return ["train", "test"]
+
+        @classmethod
+        def list_tasks(cls, split): return TASKS[split]
+
+        def get_prompt(self): return [TextBlock(text=self.task_spec["question"])]
+
+        @tool
+        def submit(self, params: SubmitInput) -> ToolOutput:
+            "Submit your final answer."
+            ...
+
+The shape (method names, types, the `(task_spec, secrets)` constructor) is that of `openreward.environments`,
+so an environment written for it ports by changing its imports.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from ors_server.types import Blocks, Split, ToolOutput
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """One tool of an environment class, as every face describes it."""
+
+    name: str
+    description: str
+    input_model: type[BaseModel] | None
+    function: Callable[..., Any]
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.function)
+
+    def input_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of the input model, or None for a tool without arguments."""
+        return self.input_model.model_json_schema() if self.input_model else None
+
+
+class _ToolMethod:
+    """What `@tool` leaves on the class: the function itself, plus the explicit marker we collect."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        return self.function.__get__(instance, owner)
+
+
+def tool(function: Callable[..., Any] | None = None, **_compat: Any) -> Any:
+    """Mark a method as a tool the agent may call.
+
+    The method takes no argument or one pydantic model (its JSON Schema is the tool's input schema),
+    returns a `ToolOutput`, and may be sync or async. Its docstring is the tool's description.
+    `@tool(shared=..., concurrent=..., exclusive=...)` is accepted for `openreward` compatibility;
+    every call into one session is serialised here anyway.
+    """
+    if function is None:
+        return lambda f: _ToolMethod(f)
+    return _ToolMethod(function)
+
+
+def _input_model(cls_name: str, name: str, function: Callable[..., Any]) -> type[BaseModel] | None:
+    try:
+        signature = inspect.signature(function, eval_str=True)
+    except (NameError, TypeError):
+        signature = inspect.signature(function)
+    params = list(signature.parameters.values())[1:]  # drop self
+    if not params:
+        return None
+    annotation = params[0].annotation
+    if len(params) == 1 and inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return annotation
+    raise TypeError(
+        f"tool {cls_name}.{name} must take no argument or exactly one pydantic model argument, got {signature}"
+    )
+
+
+class Environment:
+    """One episode of a task. Subclass it, give it splits, tasks, a prompt and `@tool` methods.
+
+    A new instance is made for every session, with that session's `task_spec` and the `secrets` the client
+    passed. `setup()` and `teardown()` may be sync or async and run once each per session; sync code runs in
+    a worker thread, so it may block.
+    """
+
+    name: ClassVar[str]
+    """The environment's name on the wire. Defaults to the class name lowercased."""
+
+    tools: ClassVar[dict[str, ToolDef]]
+    """The class's tools by name, collected from its `@tool` methods (read-only)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__.lower()
+        tools: dict[str, ToolDef] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                if isinstance(value, _ToolMethod):
+                    doc = inspect.getdoc(value.function) or ""
+                    tools[attr] = ToolDef(attr, doc.strip(), _input_model(cls.__name__, attr, value.function), value.function)
+                elif attr in tools:
+                    del tools[attr]  # a subclass replaced the tool with a plain attribute
+        cls.tools = tools
+
+    def __init__(self, task_spec: dict[str, Any] | None = None, secrets: dict[str, str] | None = None) -> None:
+        self.task_spec: dict[str, Any] = dict(task_spec or {})
+        self.secrets: dict[str, str] = dict(secrets or {})
+
+    # Tasks. Override list_tasks, or num_tasks + get_task (+ get_task_range) for large or lazy datasets.
+
+    @classmethod
+    def list_splits(cls) -> list[str | Split]:
+        """The splits this environment offers; the first is the default."""
+        raise NotImplementedError
+
+    @classmethod
+    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
+        """Every task spec of `split`, in a fixed order (the order defines task indices)."""
+        raise NotImplementedError
+
+    @classmethod
+    def num_tasks(cls, split: str) -> int:
+        return len(cls.list_tasks(split))
+
+    @classmethod
+    def get_task(cls, split: str, index: int) -> dict[str, Any]:
+        """The task at `index` of `split`; raises IndexError outside `0 <= index < num_tasks(split)`."""
+        if index < 0:
+            raise IndexError(index)
+        return cls.list_tasks(split)[index]
+
+    @classmethod
+    def get_task_range(cls, split: str, start: int | None, stop: int | None) -> list[dict[str, Any]]:
+        """Tasks `start:stop` of `split`, with Python's slice rules."""
+        return cls.list_tasks(split)[start:stop]
+
+    @classmethod
+    def task_from_seed(cls, seed: int | None, config: dict[str, Any]) -> dict[str, Any]:
+        """The task for a session named by a seed and a config rather than a task spec (Eval Protocol rows).
+
+        `config` may carry a `task_spec`, or a `split` and an `index`. Otherwise the seed picks a task of
+        `config["split"]` (default: the first split): task `seed % num_tasks`, or task 0 without a seed.
+        Seeded environments (games) override this to put the seed into the task spec.
+        """
+        if isinstance(config.get("task_spec"), dict):
+            return config["task_spec"]
+        split = config.get("split") or Split.of(cls.list_splits()[0]).name
+        index = config.get("index")
+        if not isinstance(index, int):
+            index = (seed or 0) % max(cls.num_tasks(split), 1)
+        return cls.get_task(split, index)
+
+    # One episode.
+
+    def get_prompt(self) -> Blocks | Awaitable[Blocks]:
+        """The blocks that open the episode (usually the task statement)."""
+        raise NotImplementedError
+
+    def setup(self) -> None | Awaitable[None]:
+        """Prepare the episode. Runs in the background after the session is created."""
+
+    def teardown(self) -> None | Awaitable[None]:
+        """Release what the episode holds. Runs exactly once when the session ends, however it ends."""
+
+
+__all__ = ["Environment", "ToolDef", "ToolOutput", "tool"]

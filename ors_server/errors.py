@@ -1,0 +1,109 @@
+"""Domain errors: what the session core raises and each face maps to its own wire shape.
+
+    OrsError
+    ├── BadRequest               the request itself is wrong (400)
+    │   ├── InvalidSessionId
+    │   ├── InvalidSplit
+    │   ├── InvalidIndex
+    │   ├── SessionExists
+    │   └── WrongEnvironment     a session addressed through another environment's path
+    ├── NotFound                 (404)
+    │   ├── EnvironmentNotFound
+    │   └── SessionNotFound      unknown, reaped or never created
+    ├── SessionDeleted           deleted on purpose; remembered for a while (410)
+    ├── Unavailable              try again later (503, Retry-After)
+    │   ├── SessionStarting      setup() still running after the wait bound
+    │   ├── CapacityReached      --max-sessions live sessions already
+    │   └── ShuttingDown
+    └── SetupFailed              setup() raised; the session stays until deleted (500)
+
+Expected tool outcomes (unknown tool, bad input, finished episode) are not exceptions: they are
+`ToolRejected` results of the call pipeline (see `sessions.py`).
+"""
+
+from __future__ import annotations
+
+
+class OrsError(Exception):
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(OrsError):
+    status = 400
+
+
+class InvalidSessionId(BadRequest):
+    pass
+
+
+class InvalidSplit(BadRequest):
+    def __init__(self, split: object = None) -> None:
+        super().__init__("Invalid split")
+        self.split = split
+
+
+class InvalidIndex(BadRequest):
+    def __init__(self, message: str = "Invalid index") -> None:
+        super().__init__(message)
+
+
+class SessionExists(BadRequest):
+    def __init__(self) -> None:
+        super().__init__("Session already exists")
+
+
+class WrongEnvironment(BadRequest):
+    def __init__(self, session_env: str, path_env: str) -> None:
+        super().__init__(f"session belongs to environment '{session_env}', not '{path_env}'")
+
+
+class NotFound(OrsError):
+    status = 404
+
+
+class EnvironmentNotFound(NotFound):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown environment '{name}'")
+
+
+class SessionNotFound(NotFound):
+    def __init__(self) -> None:
+        super().__init__("Active environment not found")
+
+
+class SessionDeleted(OrsError):
+    status = 410
+
+    def __init__(self) -> None:
+        super().__init__("Session deleted")
+
+
+class Unavailable(OrsError):
+    status = 503
+    retry_after = 2
+    backend_state: str | None = None
+
+
+class SessionStarting(Unavailable):
+    backend_state = "starting"
+
+    def __init__(self) -> None:
+        super().__init__("Environment still starting.")
+
+
+class CapacityReached(Unavailable):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"server is at its limit of {limit} live sessions")
+
+
+class ShuttingDown(Unavailable):
+    def __init__(self) -> None:
+        super().__init__("server is shutting down")
+
+
+class SetupFailed(OrsError):
+    status = 500

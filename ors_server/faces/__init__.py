@@ -1,0 +1,1 @@
+"""The protocol faces: thin translators from a wire protocol to the session core."""

@@ -1,0 +1,45 @@
+"""The environments a server serves, by wire name; the first one is the default."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ors_server.environment import Environment
+from ors_server.errors import EnvironmentNotFound
+
+
+class Registry:
+    def __init__(self, environments: Iterable[type[Environment]]) -> None:
+        self._by_name: dict[str, type[Environment]] = {}
+        for env_cls in environments:
+            key = env_cls.name.lower()
+            if key in self._by_name:
+                raise ValueError(f"two environments are named '{env_cls.name}'")
+            if not env_cls.tools:
+                raise ValueError(f"environment '{env_cls.name}' has no @tool methods")
+            self._by_name[key] = env_cls
+        if not self._by_name:
+            raise ValueError("a server needs at least one environment")
+
+    @property
+    def names(self) -> list[str]:
+        return [env_cls.name for env_cls in self._by_name.values()]
+
+    @property
+    def default(self) -> type[Environment]:
+        return next(iter(self._by_name.values()))
+
+    def get(self, name: str | None) -> type[Environment]:
+        """The environment called `name` (case-insensitive), or the default one for None."""
+        if name is None:
+            return self.default
+        env_cls = self._by_name.get(name.lower())
+        if env_cls is None:
+            raise EnvironmentNotFound(name)
+        return env_cls
+
+    def __contains__(self, name: str) -> bool:
+        return name.lower() in self._by_name
+
+    def __iter__(self):
+        return iter(self._by_name.values())

@@ -1,0 +1,469 @@
+"""Sessions: one store of live episodes, and the one call pipeline every face goes through.
+
+A `Session` is one episode of one environment. The `SessionStore` creates sessions (setup runs in the
+background), finds them (which refreshes their idle timer), runs tool calls in them (serialised per
+session, concurrent across sessions), reaps idle ones and ends every one exactly once through `discard()`.
+Nothing here knows about HTTP, SSE or MCP.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import logging
+import re
+import time
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+from pydantic import ValidationError
+
+from ors_server.environment import Environment
+from ors_server.errors import (
+    CapacityReached,
+    InvalidSessionId,
+    SessionDeleted,
+    SessionExists,
+    SessionNotFound,
+    SessionStarting,
+    SetupFailed,
+    ShuttingDown,
+    WrongEnvironment,
+)
+from ors_server.settings import Settings
+from ors_server.types import ToolOutput
+
+logger = logging.getLogger("ors_server.sessions")
+
+TEARDOWN_LOCK_WAIT = 2.0
+SESSION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+class State(enum.Enum):
+    SETTING_UP = "setting-up"
+    READY = "ready"
+    SETUP_FAILED = "setup-failed"
+    FINISHED = "finished"
+    DELETED = "deleted"
+
+
+Reason = Literal["not_found", "input_validation", "episode_finished", "timeout", "session_ended", "output_too_large"]
+
+
+@dataclass(frozen=True)
+class ToolRejected:
+    """A call that did not produce a result, for a reason the client can act on. The tool may not have run."""
+
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class ToolCrashed:
+    """The tool raised, or returned something that is not a `ToolOutput`."""
+
+    message: str
+
+
+CallResult = ToolOutput | ToolRejected | ToolCrashed
+
+
+@dataclass
+class ToolCall:
+    """One call into a session, kept after it ends so a client can re-attach to it by id."""
+
+    id: str
+    name: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: CallResult | None = None
+    ended_at: float | None = None
+
+    async def wait(self) -> CallResult:
+        await self.done.wait()
+        assert self.result is not None
+        return self.result
+
+
+@dataclass
+class Session:
+    """One episode: the environment instance plus everything the framework tracks about it."""
+
+    id: str
+    env_cls: type[Environment]
+    task_spec: dict[str, Any]
+    secrets: dict[str, str] = field(repr=False)
+    seed: int | None = None
+    config: dict[str, Any] | None = None
+    """Set when the task came from a seed and config (see `Environment.task_from_seed`); resets reuse it."""
+    created_by: str = "ors"
+    env: Environment | None = None
+    state: State = State.SETTING_UP
+    setup_error: str | None = None
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    last_active: float = field(default_factory=time.monotonic)
+    running_calls: int = 0
+    step_count: int = 0
+    last_reward: float = 0.0
+    total_reward: float = 0.0
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    setup_scope: anyio.CancelScope | None = None
+
+    @property
+    def env_name(self) -> str:
+        return self.env_cls.name
+
+    @property
+    def finished(self) -> bool:
+        return self.state is State.FINISHED
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+    def redact(self, text: str) -> str:
+        """`text` with every secret value of this session masked, for errors that reach clients or logs."""
+        for value in self.secrets.values():
+            if value:
+                text = text.replace(value, "***")
+        return text
+
+
+async def _call_user(function: Callable[..., Any], *args: Any) -> Any:
+    """Await async user code; run sync user code in a worker thread so it never blocks the event loop."""
+    if inspect.iscoroutinefunction(function):
+        return await function(*args)
+    result = await anyio.to_thread.run_sync(functools.partial(function, *args), abandon_on_cancel=True)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class SessionStore:
+    """Every live session, keyed by id. Run it with `async with store.run():` (the app's lifespan does)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._sessions: dict[str, Session] = {}
+        self._tombstones: OrderedDict[str, float] = OrderedDict()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._closing = False
+        self.counts: Counter[str] = Counter()
+        """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
+        self.on_end: list[Callable[[Session, str], None]] = []
+        """Called with (session, how) when a session ends: 'deleted', 'reaped' or 'shutdown'."""
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._sessions
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    # Lifecycle of the store.
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[SessionStore]:
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            task_group.start_soon(self._reap_forever)
+            try:
+                yield self
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.shutdown()
+                task_group.cancel_scope.cancel()
+        self._task_group = None
+
+    async def shutdown(self) -> None:
+        # Stop admitting: new sessions get 503 from now on.
+        self._closing = True
+        # Drain: in-flight calls get the grace period to finish.
+        with anyio.move_on_after(self.settings.shutdown_grace):
+            while any(s.running_calls for s in self._sessions.values()):
+                await anyio.sleep(0.05)
+        # Tear down every session, concurrently, each exactly once.
+        async with anyio.create_task_group() as task_group:
+            for session_id in list(self._sessions):
+                task_group.start_soon(self.discard, session_id, "shutdown")
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    # Creating and finding sessions.
+
+    def check_id(self, session_id: str) -> str:
+        if not SESSION_ID.fullmatch(session_id):
+            raise InvalidSessionId("session id must be 1-128 characters of letters, digits, '_', '.', ':' or '-'")
+        return session_id
+
+    def create(
+        self,
+        session_id: str,
+        env_cls: type[Environment],
+        task_spec: dict[str, Any],
+        secrets: dict[str, str] | None = None,
+        *,
+        seed: int | None = None,
+        config: dict[str, Any] | None = None,
+        created_by: str = "ors",
+    ) -> Session:
+        """Register a session and start building its environment in the background; returns at once."""
+        self.check_id(session_id)
+        if self._closing:
+            raise ShuttingDown()
+        if session_id in self._sessions:
+            raise SessionExists()
+        if len(self._sessions) >= self.settings.max_sessions:
+            raise CapacityReached(self.settings.max_sessions)
+        session = Session(
+            session_id, env_cls, task_spec, dict(secrets or {}), seed=seed, config=config, created_by=created_by
+        )
+        self._tombstones.pop(session_id, None)
+        self._sessions[session_id] = session
+        self.counts["created"] += 1
+        self._spawn(self._start, session)
+        return session
+
+    def get(self, session_id: str, env_name: str | None = None) -> Session:
+        """The live session `session_id`, its idle timer refreshed. `env_name` checks the path's environment."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionDeleted() if self._is_tombstoned(session_id) else SessionNotFound()
+        if env_name is not None and session.env_name != env_name:
+            raise WrongEnvironment(session.env_name, env_name)
+        session.touch()
+        return session
+
+    async def get_ready(self, session_id: str, env_name: str | None = None) -> Session:
+        """Like `get`, but waits (boundedly) for setup to finish. Raises SessionStarting or SetupFailed."""
+        session = self.get(session_id, env_name)
+        if not session.ready.is_set():
+            with anyio.move_on_after(self.settings.ready_wait):
+                await session.ready.wait()
+            if session.state is State.DELETED:
+                raise SessionDeleted()
+            if not session.ready.is_set():
+                raise SessionStarting()
+        if session.state is State.SETUP_FAILED:
+            raise SetupFailed(session.setup_error or "setup failed")
+        return session
+
+    def _is_tombstoned(self, session_id: str) -> bool:
+        return session_id in self._tombstones
+
+    def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
+        if self._task_group is None:
+            raise RuntimeError("the session store is not running: use `async with store.run():`")
+        self._task_group.start_soon(function, *args)
+
+    async def _start(self, session: Session) -> None:
+        with anyio.CancelScope() as scope:
+            session.setup_scope = scope
+            await self._build(session)
+        session.setup_scope = None
+
+    async def _build(self, session: Session) -> None:
+        """Construct the environment and run its setup; records the outcome on the session."""
+        try:
+            session.env = await anyio.to_thread.run_sync(
+                functools.partial(session.env_cls, task_spec=session.task_spec, secrets=session.secrets)
+            )
+            await _call_user(session.env.setup)
+        except Exception as exc:
+            session.state = State.SETUP_FAILED
+            session.setup_error = session.redact(_describe(exc))
+            self.counts["setup_failed"] += 1
+            logger.warning("setup failed", extra={"session_id": session.id, "env": session.env_name})
+        else:
+            if session.state is State.SETTING_UP:
+                session.state = State.READY
+        finally:
+            session.ready.set()
+
+    # Ending sessions.
+
+    async def discard(self, session_id: str, how: str = "deleted") -> bool:
+        """End a session: forget it first (so its id answers 404/410 at once), then tear it down.
+
+        Returns False if there was no such session. `how` is 'deleted' (remembered as a tombstone: 410),
+        'reaped' or 'shutdown'. Teardown completes even if the caller is cancelled.
+        """
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return False
+        if how == "deleted":
+            self._remember_deleted(session_id)
+        session.state = State.DELETED
+        self.counts[how] += 1
+        with anyio.CancelScope(shield=True):
+            if session.setup_scope is not None:
+                session.setup_scope.cancel()
+            # Give a running call a moment to finish; a hung one must not hold the delete, and teardown
+            # is what stops it (a sandbox kills its processes).
+            with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
+                async with session.lock:
+                    pass
+            await self._teardown(session)
+        for listener in self.on_end:
+            listener(session, how)
+        return True
+
+    async def _teardown(self, session: Session) -> None:
+        if session.env is None:
+            return
+        try:
+            with anyio.fail_after(self.settings.teardown_timeout):
+                await _call_user(session.env.teardown)
+        except Exception as exc:
+            logger.error(
+                "teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id}
+            )
+
+    def _remember_deleted(self, session_id: str) -> None:
+        self._tombstones[session_id] = time.monotonic()
+        self._tombstones.move_to_end(session_id)
+        while len(self._tombstones) > self.settings.tombstones:
+            self._tombstones.popitem(last=False)
+
+    async def _reap_forever(self) -> None:
+        interval = min(5.0, self.settings.session_timeout / 4)
+        while True:
+            await anyio.sleep(interval)
+            await self.reap()
+
+    async def reap(self) -> int:
+        """Discard every session idle longer than the timeout (a running call counts as activity)."""
+        deadline = time.monotonic() - self.settings.session_timeout
+        idle = [s.id for s in self._sessions.values() if s.last_active < deadline and not s.running_calls]
+        for session in self._sessions.values():
+            self._prune_calls(session)
+        for session_id in idle:
+            await self.discard(session_id, "reaped")
+        return len(idle)
+
+    # The call pipeline.
+
+    def start_call(self, session: Session, name: str, arguments: Any) -> ToolCall:
+        """Start a tool call in the background and return its handle (the call survives client disconnects)."""
+        self._prune_calls(session)
+        call = ToolCall(uuid.uuid4().hex, name)
+        session.calls[call.id] = call
+        session.running_calls += 1
+        session.touch()
+        self._spawn(self._run_call, session, call, arguments)
+        return call
+
+    async def call(self, session: Session, name: str, arguments: Any) -> CallResult:
+        return await self.start_call(session, name, arguments).wait()
+
+    def find_call(self, session: Session, call_id: str) -> ToolCall | None:
+        self._prune_calls(session)
+        return session.calls.get(call_id)
+
+    def _prune_calls(self, session: Session) -> None:
+        horizon = time.monotonic() - self.settings.call_linger
+        for call_id in [c.id for c in session.calls.values() if c.ended_at is not None and c.ended_at < horizon]:
+            del session.calls[call_id]
+
+    async def _run_call(self, session: Session, call: ToolCall, arguments: Any) -> None:
+        result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
+        try:
+            async with session.lock:
+                result = await self._invoke(session, call.name, arguments)
+                self._record(session, result)
+        finally:
+            session.running_calls -= 1
+            session.touch()
+            call.result = result
+            call.ended_at = time.monotonic()
+            call.done.set()
+
+    async def _invoke(self, session: Session, name: str, arguments: Any) -> CallResult:
+        if session.state is State.DELETED:
+            return ToolRejected("session_ended", f"'{name}' was not run: the session has ended.")
+        if session.finished:
+            return ToolRejected(
+                "episode_finished",
+                f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
+                "so no further tool calls are accepted.",
+            )
+        tool = session.env_cls.tools.get(name)
+        if tool is None:
+            return ToolRejected("not_found", f"'{name}' is not a valid tool")
+        args: tuple[Any, ...] = ()
+        if tool.input_model is not None:
+            try:
+                args = (tool.input_model.model_validate(arguments if arguments is not None else {}),)
+            except ValidationError as exc:
+                errors = exc.errors(include_url=False, include_context=False)
+                return ToolRejected("input_validation", f"Tool input validation error: {errors}")
+        elif arguments:
+            return ToolRejected("input_validation", f"Tool input validation error: '{name}' takes no arguments")
+        assert session.env is not None
+        timeout = self.settings.tool_timeout
+        try:
+            with anyio.fail_after(timeout):
+                output = await _call_user(tool.function, session.env, *args)
+        except TimeoutError:
+            return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
+        except Exception as exc:
+            return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
+        if not isinstance(output, ToolOutput):
+            return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
+        return output
+
+    def _record(self, session: Session, result: CallResult) -> None:
+        if not isinstance(result, ToolOutput):
+            # A failed call earns nothing, so a client reading "the last reward" does not count one twice.
+            if not (isinstance(result, ToolRejected) and result.reason == "episode_finished"):
+                session.last_reward = 0.0
+            self.counts["calls_" + (result.reason if isinstance(result, ToolRejected) else "crashed")] += 1
+            return
+        self.counts["calls_ok"] += 1
+        session.step_count += 1
+        session.last_reward = float(result.reward or 0.0)
+        session.total_reward += session.last_reward
+        session.info = dict(result.metadata or {})
+        if result.finished:
+            session.state = State.FINISHED
+            session.truncated = result.truncated
+
+    # Resetting an episode in place (Eval Protocol's reset_session).
+
+    async def reset(self, session: Session, seed: int | None) -> None:
+        """Rebuild the session's episode: teardown, a new environment (from `seed` if the session was seeded),
+        setup, and cleared counters. Waits for a running call first."""
+        async with session.lock:
+            await self._teardown(session)
+            if session.config is not None:
+                session.seed = seed
+                session.task_spec = await anyio.to_thread.run_sync(
+                    session.env_cls.task_from_seed, seed, session.config
+                )
+            session.env = None
+            session.state = State.SETTING_UP
+            session.setup_error = None
+            session.ready = anyio.Event()
+            session.step_count = 0
+            session.last_reward = session.total_reward = 0.0
+            session.truncated = False
+            session.info = {}
+            session.calls.clear()
+            await self._build(session)
+        session.touch()

@@ -1,0 +1,64 @@
+"""Server settings: one frozen object, validated when it is built."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    envs: tuple[str, ...] = ()
+    """Names of the environments to serve, in order (the first is the default); empty means all built-ins."""
+
+    session_timeout: float = 900.0
+    """Seconds without a session-bearing request after which a session is reaped."""
+    max_sessions: int = 10_000
+    ready_wait: float = 25.0
+    """How long endpoints that need a ready session wait for `setup()` before answering 503."""
+    tool_timeout: float | None = None
+    """Seconds a tool call may run before it fails; None for no limit."""
+    max_output_chars: int = 16 * 1024 * 1024
+    """The largest tool result (as JSON text) a call may return."""
+    max_body_bytes: int = 4 * 1024 * 1024
+    sse_keepalive: float = 10.0
+    """Seconds between SSE keepalive comments while a tool runs (the openreward client gives up after 30)."""
+    call_linger: float = 60.0
+    """Seconds a finished call's result stays available for replay by `task_id`."""
+    tombstones: int = 10_000
+    """How many deleted session ids are remembered (they answer 410 rather than 404)."""
+    shutdown_grace: float = 10.0
+    """Seconds in-flight calls get to finish at shutdown before sessions are torn down."""
+    teardown_timeout: float = 30.0
+    api_key: str | None = field(default=None, repr=False)
+    allowed_hosts: tuple[str, ...] = ()
+    """Extra Host header values MCP accepts besides loopback (DNS-rebinding protection)."""
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        positive = ("session_timeout", "ready_wait", "sse_keepalive", "call_linger", "teardown_timeout")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        for name in ("max_sessions", "max_output_chars", "max_body_bytes", "tombstones"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        if self.tool_timeout is not None and self.tool_timeout <= 0:
+            raise ValueError(f"tool_timeout must be positive or None, got {self.tool_timeout!r}")
+        if self.shutdown_grace < 0:
+            raise ValueError(f"shutdown_grace must not be negative, got {self.shutdown_grace!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port!r}")
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Settings from keyword overrides, with the API key from `ORS_API_KEY` when not given."""
+        if overrides.get("api_key") is None and os.environ.get("ORS_API_KEY"):
+            overrides["api_key"] = os.environ["ORS_API_KEY"]
+        return cls(**overrides)  # type: ignore[arg-type]
