@@ -115,7 +115,9 @@ class Environment:
             for attr, value in vars(klass).items():
                 if isinstance(value, _ToolMethod):
                     doc = inspect.getdoc(value.function) or ""
-                    tools[attr] = ToolDef(attr, doc.strip(), _input_model(cls.__name__, attr, value.function), value.function)
+                    tools[attr] = ToolDef(
+                        attr, doc.strip(), _input_model(cls.__name__, attr, value.function), value.function
+                    )
                 elif attr in tools:
                     del tools[attr]  # a subclass replaced the tool with a plain attribute
         cls.tools = tools

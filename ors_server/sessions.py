@@ -137,7 +137,7 @@ class Session:
         return text
 
 
-async def _call_user(function: Callable[..., Any], *args: Any) -> Any:
+async def run_user_code(function: Callable[..., Any], *args: Any) -> Any:
     """Await async user code; run sync user code in a worker thread so it never blocks the event loop."""
     if inspect.iscoroutinefunction(function):
         return await function(*args)
@@ -194,8 +194,8 @@ class SessionStore:
         self._closing = True
         # Drain: in-flight calls get the grace period to finish.
         with anyio.move_on_after(self.settings.shutdown_grace):
-            while any(s.running_calls for s in self._sessions.values()):
-                await anyio.sleep(0.05)
+            for call in [c for s in self._sessions.values() for c in s.calls.values()]:
+                await call.done.wait()
         # Tear down every session, concurrently, each exactly once.
         async with anyio.create_task_group() as task_group:
             for session_id in list(self._sessions):
@@ -284,7 +284,7 @@ class SessionStore:
             session.env = await anyio.to_thread.run_sync(
                 functools.partial(session.env_cls, task_spec=session.task_spec, secrets=session.secrets)
             )
-            await _call_user(session.env.setup)
+            await run_user_code(session.env.setup)
         except Exception as exc:
             session.state = State.SETUP_FAILED
             session.setup_error = session.redact(_describe(exc))
@@ -329,11 +329,9 @@ class SessionStore:
             return
         try:
             with anyio.fail_after(self.settings.teardown_timeout):
-                await _call_user(session.env.teardown)
+                await run_user_code(session.env.teardown)
         except Exception as exc:
-            logger.error(
-                "teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id}
-            )
+            logger.error("teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id})
 
     def _remember_deleted(self, session_id: str) -> None:
         self._tombstones[session_id] = time.monotonic()
@@ -419,7 +417,7 @@ class SessionStore:
         timeout = self.settings.tool_timeout
         try:
             with anyio.fail_after(timeout):
-                output = await _call_user(tool.function, session.env, *args)
+                output = await run_user_code(tool.function, session.env, *args)
         except TimeoutError:
             return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
         except Exception as exc:
@@ -453,9 +451,7 @@ class SessionStore:
             await self._teardown(session)
             if session.config is not None:
                 session.seed = seed
-                session.task_spec = await anyio.to_thread.run_sync(
-                    session.env_cls.task_from_seed, seed, session.config
-                )
+                session.task_spec = await anyio.to_thread.run_sync(session.env_cls.task_from_seed, seed, session.config)
             session.env = None
             session.state = State.SETTING_UP
             session.setup_error = None

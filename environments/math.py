@@ -1,0 +1,76 @@
+"""`math`: answer one arithmetic or short word problem with the `submit` tool.
+
+The tasks ship with the package (`data/math.jsonl`): 70 train and 24 test problems. An answer is correct when
+it is the same number as the reference, whatever its format (`42`, ` 42.0 `, `4.2e1`, `1,000`, `3/4` = `0.75`).
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from importlib.resources import files
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ors_server import Environment, Split, TextBlock, ToolOutput, tool
+
+
+def _load() -> dict[str, list[dict[str, Any]]]:
+    tasks: dict[str, list[dict[str, Any]]] = {"train": [], "test": []}
+    for line in files("environments").joinpath("data/math.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        tasks[row.pop("split")].append(row)
+    return tasks
+
+
+TASKS = _load()
+
+
+def as_number(text: str) -> Fraction | None:
+    cleaned = text.strip().replace(",", "").removeprefix("$").strip()
+    try:
+        return Fraction(cleaned)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def same_answer(given: str, expected: str) -> bool:
+    number = as_number(given)
+    if number is not None:
+        return number == as_number(expected)
+    return " ".join(given.split()).casefold() == " ".join(expected.split()).casefold()
+
+
+class SubmitInput(BaseModel):
+    answer: str = Field(description="Your final answer, e.g. 42 or 0.75")
+
+
+class Math(Environment):
+    name = "math"
+
+    @classmethod
+    def list_splits(cls) -> list[str | Split]:
+        return ["train", "test"]
+
+    @classmethod
+    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
+        return TASKS[split]
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [
+            TextBlock(
+                text=f"{self.task_spec['question']}\n\n"
+                "Work it out, then call the `submit` tool once with your final answer as a number."
+            )
+        ]
+
+    @tool
+    def submit(self, params: SubmitInput) -> ToolOutput:
+        """Submit your final answer to the math problem. Ends the episode."""
+        correct = same_answer(params.answer, str(self.task_spec["answer"]))
+        return ToolOutput(
+            blocks=[TextBlock(text="Correct!" if correct else "Wrong")],
+            reward=1.0 if correct else 0.0,
+            finished=True,
+        )

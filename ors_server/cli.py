@@ -1,0 +1,97 @@
+"""`ors-server serve` and `ors-server envs`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ors_server.environment import Environment
+from ors_server.settings import Settings
+from ors_server.types import Split
+
+
+def builtin_environments() -> list[type[Environment]]:
+    from environments import BUILTIN_ENVIRONMENTS
+
+    return list(BUILTIN_ENVIRONMENTS)
+
+
+def resolve_environments(names: Sequence[str]) -> list[type[Environment]]:
+    """Built-in environments by name, or any environment by import path (`package.module:Class`)."""
+    builtins = {env_cls.name.lower(): env_cls for env_cls in builtin_environments()}
+    if not names:
+        return list(builtins.values())
+    resolved = []
+    for name in names:
+        if ":" in name:
+            module, _, attr = name.partition(":")
+            env_cls = getattr(importlib.import_module(module), attr)
+            if not (isinstance(env_cls, type) and issubclass(env_cls, Environment)):
+                raise SystemExit(f"{name} is not an Environment subclass")
+        elif name.lower() in builtins:
+            env_cls = builtins[name.lower()]
+        else:
+            raise SystemExit(f"unknown environment '{name}'; built-in ones: {', '.join(builtins)}")
+        resolved.append(env_cls)
+    return resolved
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ors-server", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve environments over ORS, MCP and the control plane")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve this environment (a built-in name or module:Class); repeat for more; default: all built-ins",
+    )
+    serve.add_argument("--session-timeout", type=float, default=900.0, metavar="S", help="idle seconds before reaping")
+    serve.add_argument("--max-sessions", type=int, default=10_000, metavar="N")
+    serve.add_argument("--tool-timeout", type=float, default=None, metavar="S", help="seconds a tool call may run")
+    serve.add_argument("--api-key", default=None, help="require this key (default: $ORS_API_KEY; none: open)")
+    serve.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+    envs = commands.add_parser("envs", help="list environments with their tools and splits")
+    envs.add_argument("--env", action="append", default=[], metavar="NAME")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    environments = resolve_environments(args.env)
+    if args.command == "envs":
+        for env_cls in environments:
+            splits = ", ".join(Split.of(s).name for s in env_cls.list_splits())
+            print(f"{env_cls.name}  (splits: {splits})")
+            for spec in env_cls.tools.values():
+                first_line = spec.description.splitlines()[0] if spec.description else ""
+                print(f"    {spec.name}: {first_line}")
+        return
+    from ors_server.server import Server
+
+    try:
+        settings = Settings.from_env(
+            host=args.host,
+            port=args.port,
+            session_timeout=args.session_timeout,
+            max_sessions=args.max_sessions,
+            tool_timeout=args.tool_timeout,
+            api_key=args.api_key,
+            allowed_hosts=tuple(args.allowed_host),
+            log_level=args.log_level,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"ors-server: {exc}") from None
+    Server(environments, settings).run()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,416 @@
+"""The Open Reward Standard face: REST discovery and episode endpoints, tool calls over SSE.
+
+Behaviour follows what the official clients (`openreward`, `ors-sdk`) do rather than the docs where the two
+disagree (see `spec/ors-wire.md`): `/create_session` answers SSE to clients that accept it, secrets come from
+the `X-Secrets` header or the body, and bare paths (`/call`, `/prompt`, ...) are served directly: for the
+session's own environment on session endpoints, for the default environment on discovery endpoints.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
+from sse_starlette import ServerSentEvent
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ors_server import sse
+from ors_server.environment import Environment
+from ors_server.errors import (
+    BadRequest,
+    InvalidIndex,
+    InvalidSplit,
+    OrsError,
+    Unavailable,
+)
+from ors_server.registry import Registry
+from ors_server.sessions import CallResult, Session, SessionStore, ToolCall, ToolCrashed, ToolRejected, run_user_code
+from ors_server.types import Blocks, Split, ToolOutput
+
+ORS_REASONS = {"not_found", "name_collision", "input_validation", "episode_finished"}
+_blocks = TypeAdapter(Blocks)
+
+
+# Request bodies.
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SplitBody(_Body):
+    split: str
+
+
+class TaskBody(_Body):
+    split: str
+    index: int
+
+
+class TaskRangeBody(_Body):
+    split: str
+    start: int | None = None
+    stop: int | None = None
+
+
+class CreateBody(_Body):
+    env_name: str | None = None
+    task_spec: dict[str, Any] | None = None
+    split: str | None = None
+    index: int | None = None
+    toolset_name: str | None = None
+    secrets: dict[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _one_task_form(self) -> CreateBody:
+        by_index = self.split is not None and self.index is not None
+        half_index = (self.split is None) != (self.index is None)
+        if (self.task_spec is not None) == by_index or half_index:
+            raise ValueError("Provide either task_spec or both split and index, not both/neither")
+        return self
+
+
+class CallBody(_Body):
+    name: str = ""
+    input: dict[str, Any] | None = None
+    task_id: str | None = None
+
+    @model_validator(mode="after")
+    def _input_unless_resuming(self) -> CallBody:
+        if self.task_id is None and (not self.name or self.input is None):
+            raise ValueError("a tool call needs `name` and `input` (or `task_id` to resume a call)")
+        return self
+
+
+class BodyInvalid(Exception):
+    """A request body that does not parse or validate: 422 with FastAPI's list of errors."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        self.errors = errors
+
+
+class BodyTooLarge(OrsError):
+    status = 413
+
+
+async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool = False) -> Any:
+    limit = request.app.state.settings.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"request body larger than {limit} bytes")
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > limit:
+            raise BodyTooLarge(f"request body larger than {limit} bytes")
+    if not raw.strip() and empty_ok:
+        raw = bytearray(b"{}")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BodyInvalid([{"type": "json_invalid", "loc": ["body"], "msg": f"JSON decode error: {exc}"}]) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False)
+        raise BodyInvalid([{**e, "loc": ["body", *e["loc"]]} for e in errors]) from None
+
+
+# Request context.
+
+
+def _store(request: Request) -> SessionStore:
+    return request.app.state.store
+
+
+def _registry(request: Request) -> Registry:
+    return request.app.state.registry
+
+
+def _path_env(request: Request) -> type[Environment]:
+    return _registry(request).get(request.path_params.get("env"))
+
+
+def _path_env_name(request: Request) -> str | None:
+    """The environment named by the path (checked against the session's), or None on a bare path."""
+    name = request.path_params.get("env")
+    return None if name is None else _registry(request).get(name).name
+
+
+def _session_id(request: Request) -> str:
+    raw = request.headers.get("x-session-id")
+    if raw is None:
+        raise BadRequest("X-Session-ID header is required")
+    return _store(request).check_id(raw.strip())
+
+
+def _secrets(request: Request, body: CreateBody) -> dict[str, str]:
+    secrets = dict(body.secrets or {})
+    header = request.headers.get("x-secrets")
+    if header:
+        try:
+            decoded = json.loads(base64.b64decode(header, validate=True))
+            from_header = {key: entry["value"] for key, entry in decoded.items()}
+        except (binascii.Error, ValueError, TypeError, KeyError, AttributeError):
+            raise BadRequest('X-Secrets must be base64 of JSON {name: {"value": str}}') from None
+        if not all(isinstance(value, str) for value in from_header.values()):
+            raise BadRequest("X-Secrets values must be strings")
+        secrets.update(from_header)
+    return secrets
+
+
+async def _split_name(env_cls: type[Environment], split: str) -> str:
+    names = [Split.of(s).name for s in await run_user_code(env_cls.list_splits)]
+    if split not in names:
+        raise InvalidSplit(split)
+    return split
+
+
+@functools.cache
+def tool_specs(env_cls: type[Environment]) -> dict[str, Any]:
+    tools = [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema()} for t in env_cls.tools.values()
+    ]
+    return {"tools": tools}
+
+
+# Discovery.
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def version(request: Request) -> Response:
+    from importlib.metadata import version as dist_version
+
+    return JSONResponse({"version": dist_version("ors-server"), "build_sha": None})
+
+
+async def list_environments(request: Request) -> Response:
+    return JSONResponse(_registry(request).names)
+
+
+async def tools(request: Request) -> Response:
+    return JSONResponse(tool_specs(_path_env(request)))
+
+
+async def splits(request: Request) -> Response:
+    env_cls = _path_env(request)
+    return JSONResponse([Split.of(s).model_dump() for s in await run_user_code(env_cls.list_splits)])
+
+
+async def tasks(request: Request) -> Response:
+    env_cls = _path_env(request)
+    body = await read_body(request, SplitBody)
+    split = await _split_name(env_cls, body.split)
+    try:
+        found = await run_user_code(env_cls.list_tasks, split)
+    except NotImplementedError:
+        raise BadRequest(f"'{env_cls.name}' does not list its tasks; use /num_tasks and /task") from None
+    return JSONResponse({"tasks": found, "env_name": env_cls.name})
+
+
+async def num_tasks(request: Request) -> Response:
+    env_cls = _path_env(request)
+    body = await read_body(request, SplitBody)
+    return JSONResponse({"num_tasks": await run_user_code(env_cls.num_tasks, await _split_name(env_cls, body.split))})
+
+
+async def _get_task(env_cls: type[Environment], split: str, index: int) -> dict[str, Any]:
+    split = await _split_name(env_cls, split)
+    try:
+        return await run_user_code(env_cls.get_task, split, index)
+    except IndexError:
+        raise InvalidIndex() from None
+
+
+async def task(request: Request) -> Response:
+    env_cls = _path_env(request)
+    body = await read_body(request, TaskBody)
+    return JSONResponse({"task": await _get_task(env_cls, body.split, body.index), "env_name": env_cls.name})
+
+
+async def task_range(request: Request) -> Response:
+    env_cls = _path_env(request)
+    body = await read_body(request, TaskRangeBody)
+    split = await _split_name(env_cls, body.split)
+    try:
+        found = await run_user_code(env_cls.get_task_range, split, body.start, body.stop)
+    except (IndexError, ValueError):
+        raise InvalidIndex("Invalid index range") from None
+    return JSONResponse({"tasks": found, "env_name": env_cls.name})
+
+
+# Sessions.
+
+
+async def create_session(request: Request) -> Response:
+    sid = str(uuid.uuid4())
+    if "text/event-stream" in request.headers.get("accept", ""):
+        # The official clients read the sid from an SSE `task_id` event (a JSON reply makes them retry forever).
+        body = sse.event("task_id", sid).encode() + sse.event("end", "").encode()
+        return Response(body, media_type="text/event-stream", headers=sse.HEADERS)
+    return JSONResponse({"sid": sid})
+
+
+async def create(request: Request) -> Response:
+    sid = _session_id(request)
+    body = await read_body(request, CreateBody)
+    env_cls = _registry(request).get(body.env_name)
+    secrets = _secrets(request, body)
+    task_spec = body.task_spec
+    if task_spec is None:
+        assert body.split is not None and body.index is not None
+        task_spec = await _get_task(env_cls, body.split, body.index)
+    _store(request).create(sid, env_cls, task_spec, secrets)
+    return JSONResponse({"sid": sid})
+
+
+async def ping(request: Request) -> Response:
+    _store(request).get(_session_id(request))
+    return JSONResponse({"status": "ok"})
+
+
+async def delete(request: Request) -> Response:
+    sid = _session_id(request)
+    await _store(request).discard(sid, "deleted")
+    return JSONResponse({"sid": sid})
+
+
+async def delete_session(request: Request) -> Response:
+    return JSONResponse({"sid": _session_id(request)})
+
+
+async def prompt(request: Request) -> Response:
+    session = await _store(request).get_ready(_session_id(request), _path_env_name(request))
+    assert session.env is not None
+    try:
+        blocks = _blocks.validate_python(await run_user_code(session.env.get_prompt))
+    except Exception as exc:
+        raise OrsError(session.redact(f"get_prompt failed: {type(exc).__name__}: {exc}")) from None
+    return JSONResponse(_blocks.dump_python(blocks, mode="json"))
+
+
+async def task_tools(request: Request) -> Response:
+    session = _store(request).get(_session_id(request), _path_env_name(request))
+    return JSONResponse(tool_specs(session.env_cls))
+
+
+async def call(request: Request) -> Response:
+    store = _store(request)
+    sid = _session_id(request)
+    env_name = _path_env_name(request)
+    body = await read_body(request, CallBody)
+    session = await store.get_ready(sid, env_name)
+    if body.task_id is not None:
+        running = store.find_call(session, body.task_id)
+        if running is None:
+            return sse.stream(_only(sse.event("error", "unknown task_id")), store.settings.sse_keepalive)
+    else:
+        running = store.start_call(session, body.name, body.input)
+    return sse.stream(_call_events(session, running), store.settings.sse_keepalive)
+
+
+async def _only(event: ServerSentEvent) -> AsyncIterator[ServerSentEvent]:
+    yield event
+
+
+async def _call_events(session: Session, running: ToolCall) -> AsyncIterator[ServerSentEvent]:
+    yield sse.event("task_id", running.id)
+    result = await running.wait()
+    session.touch()
+    for event in render_result(result):
+        yield event
+
+
+def render_result(result: CallResult) -> list[ServerSentEvent]:
+    if isinstance(result, ToolOutput):
+        return sse.result_events({"ok": True, "output": result.model_dump(mode="json")})
+    if isinstance(result, ToolRejected):
+        reason = result.reason if result.reason in ORS_REASONS else None
+        return sse.result_events({"ok": False, "error": result.message, "reason": reason})
+    assert isinstance(result, ToolCrashed)
+    return [sse.event("error", result.message)]
+
+
+# Errors: one mapper from the domain tree to `{"detail": ...}`.
+
+
+async def _ors_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OrsError)
+    headers = {}
+    if isinstance(exc, Unavailable):
+        headers["Retry-After"] = str(exc.retry_after)
+        if exc.backend_state:
+            headers["X-Backend-State"] = exc.backend_state
+    return JSONResponse({"detail": exc.message}, exc.status, headers=headers)
+
+
+async def _body_invalid(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BodyInvalid)
+    return JSONResponse({"detail": exc.errors}, 422)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    # A fixed message: exception text may carry environment internals or secrets.
+    return JSONResponse({"detail": "Internal server error"}, 500)
+
+
+def exception_handlers() -> dict[Any, Any]:
+    return {
+        OrsError: _ors_error,
+        BodyInvalid: _body_invalid,
+        HTTPException: _http_error,
+        Exception: _server_error,
+    }
+
+
+# Routes.
+
+
+def root_routes() -> list[BaseRoute]:
+    return [
+        Route("/health", health),
+        Route("/version", version),
+        Route("/list_environments", list_environments),
+        Route("/create_session", create_session, methods=["POST"]),
+        Route("/create", create, methods=["POST"]),
+        Route("/ping", ping, methods=["POST"]),
+        Route("/delete", delete, methods=["POST"]),
+        Route("/delete_session", delete_session, methods=["POST"]),
+    ]
+
+
+_ENV_ENDPOINTS: list[tuple[str, Any, list[str]]] = [
+    ("/tools", tools, ["GET"]),
+    ("/splits", splits, ["GET"]),
+    ("/tasks", tasks, ["POST"]),
+    ("/num_tasks", num_tasks, ["POST"]),
+    ("/task", task, ["POST"]),
+    ("/task_range", task_range, ["POST"]),
+    ("/prompt", prompt, ["GET"]),
+    ("/task_tools", task_tools, ["GET"]),
+    ("/call", call, ["POST"]),
+]
+
+
+def env_routes() -> list[BaseRoute]:
+    """`/{env}/...` for every environment, and the same paths bare."""
+    bare = [Route(path, endpoint, methods=methods) for path, endpoint, methods in _ENV_ENDPOINTS]
+    prefixed = [Route("/{env}" + path, endpoint, methods=methods) for path, endpoint, methods in _ENV_ENDPOINTS]
+    return bare + prefixed

@@ -1,0 +1,37 @@
+"""`Server`: serve environments from a script, as `openreward.environments.Server` does.
+
+if __name__ == "__main__":
+    Server([MyEnv]).run(host="0.0.0.0", port=8080)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+
+from ors_server.app import create_app
+from ors_server.environment import Environment
+from ors_server.settings import Settings
+
+
+class Server:
+    """The environments (the first is the default) and the settings to serve them with."""
+
+    def __init__(self, environments: Sequence[type[Environment]], settings: Settings | None = None, **options: Any):
+        self.settings = dataclasses.replace(settings or Settings.from_env(), **options)
+        self.app: Starlette = create_app(environments, self.settings)
+
+    def run(self, host: str | None = None, port: int | None = None) -> None:
+        """Serve until interrupted (SIGINT or SIGTERM), then end every session cleanly."""
+        uvicorn.run(
+            self.app,
+            host=host or self.settings.host,
+            port=self.settings.port if port is None else port,
+            log_level=self.settings.log_level,
+            timeout_keep_alive=60,
+            timeout_graceful_shutdown=int(self.settings.shutdown_grace) or None,
+        )

@@ -1,0 +1,73 @@
+"""Server-sent events as the ORS clients read them: framing, result chunking, keepalive.
+
+Framing is sse-starlette's (CRLF line endings, `: ping - <time>` keepalive comments). What is ours is
+how a result is cut into `chunk` events: the `openreward` client `lstrip()`s every `data:` value, so a
+chunk that began with whitespace would silently lose it. We cut where the next piece starts with a
+non-space character.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+CHUNK_SIZE = 4096
+SEP = "\r\n"
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+# Python's str.splitlines() (and so some SSE readers) breaks lines at these, and JSON leaves them raw.
+_LINE_BREAKING = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON that is safe on one SSE `data:` line."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if any(char in text for char in _LINE_BREAKING):
+        for char, escape in _LINE_BREAKING.items():
+            text = text.replace(char, escape)
+    return text
+
+
+def chunk_json(text: str, size: int = CHUNK_SIZE) -> list[str]:
+    """Cut compact JSON into pieces of at most `size` characters, none starting with whitespace.
+
+    Pieces join back to `text` exactly, except in the pathological case of a string holding more than
+    `size` consecutive whitespace characters: there a whitespace character at a cut is written as its
+    `\\uXXXX` escape (compact JSON has whitespace only inside strings), which decodes to the same value.
+    """
+    pieces: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        cut = start + size
+        while cut > start and text[cut].isspace():
+            cut -= 1
+        if cut == start:  # the whole window is whitespace: escape the character at the cut instead
+            cut = start + size - 6
+            pieces.append(text[start:cut])
+            text = text[:cut] + f"\\u{ord(text[cut]):04x}" + text[cut + 1 :]
+            start = cut
+            continue
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
+def result_events(payload: Any) -> list[ServerSentEvent]:
+    """`chunk`* then `end` for one JSON result."""
+    pieces = chunk_json(to_json(payload))
+    events = [ServerSentEvent(data=piece, event="chunk", sep=SEP) for piece in pieces[:-1]]
+    events.append(ServerSentEvent(data=pieces[-1], event="end", sep=SEP))
+    return events
+
+
+def event(name: str, data: str) -> ServerSentEvent:
+    # One `data:` line per event: the clients keep only the last line of a multi-line value.
+    return ServerSentEvent(data=" ".join(data.splitlines()), event=name, sep=SEP)
+
+
+def stream(events: AsyncIterator[ServerSentEvent], keepalive: float) -> EventSourceResponse:
+    return EventSourceResponse(events, ping=keepalive, sep=SEP, headers=HEADERS)
