@@ -1,5 +1,8 @@
 """The built-in environments, written only against the public authoring API (`from ors_server import ...`)."""
 
+from environments.blackjack import Blackjack
+from environments.cliff_walking import CliffWalking
+from environments.frozen_lake import FrozenLake
 from environments.math import Math
 
-BUILTIN_ENVIRONMENTS = [Math]
+BUILTIN_ENVIRONMENTS = [Math, FrozenLake, CliffWalking, Blackjack]

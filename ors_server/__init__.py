@@ -4,12 +4,14 @@ What an environment author imports lives here; everything else in the package is
 """
 
 from ors_server.environment import Environment, tool
+from ors_server.gym import GymEnvironment
 from ors_server.server import Server
 from ors_server.types import Blocks, ImageBlock, Split, TextBlock, ToolOutput
 
 __all__ = [
     "Blocks",
     "Environment",
+    "GymEnvironment",
     "ImageBlock",
     "Server",
     "Split",
