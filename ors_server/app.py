@@ -6,10 +6,15 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
 
 from ors_server.environment import Environment
 from ors_server.faces import control, ors
 from ors_server.faces.mcp import McpFace
+from ors_server.faces.openapi import openapi
+from ors_server.guards import Guard
+from ors_server.observability import Metrics, Observe
 from ors_server.registry import Registry
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
@@ -21,6 +26,7 @@ def create_app(environments: Sequence[type[Environment]], settings: Settings | N
     registry = Registry(environments)
     store = SessionStore(settings)
     mcp = McpFace(registry, store, settings)
+    metrics = Metrics(store)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -28,9 +34,23 @@ def create_app(environments: Sequence[type[Environment]], settings: Settings | N
             yield
 
     # Root routes first, then the faces that own fixed prefixes, then `/{env}/...` and the bare paths.
-    routes = [*ors.root_routes(), *control.routes(), *mcp.routes(), *ors.env_routes()]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=ors.exception_handlers())
+    routes = [
+        *ors.root_routes(),
+        Route("/metrics", metrics.endpoint),
+        Route("/openapi.json", openapi),
+        *control.routes(),
+        *mcp.routes(),
+        *ors.env_routes(),
+    ]
+    middleware = [
+        Middleware(Observe, metrics=metrics),
+        Middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes),
+    ]
+    app = Starlette(
+        routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=ors.exception_handlers()
+    )
     app.state.settings = settings
     app.state.registry = registry
     app.state.store = store
+    app.state.mcp = mcp
     return app

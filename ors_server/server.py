@@ -7,6 +7,7 @@ if __name__ == "__main__":
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,15 @@ from ors_server.environment import Environment
 from ors_server.settings import Settings
 
 
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logger = logging.getLogger("ors_server")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
 class Server:
     """The environments (the first is the default) and the settings to serve them with."""
 
@@ -27,11 +37,13 @@ class Server:
 
     def run(self, host: str | None = None, port: int | None = None) -> None:
         """Serve until interrupted (SIGINT or SIGTERM), then end every session cleanly."""
+        configure_logging(self.settings.log_level)
         uvicorn.run(
             self.app,
             host=host or self.settings.host,
             port=self.settings.port if port is None else port,
             log_level=self.settings.log_level,
             timeout_keep_alive=60,
+            access_log=False,  # ours (ors_server.access) carries the session, environment and tool
             timeout_graceful_shutdown=int(self.settings.shutdown_grace) or None,
         )

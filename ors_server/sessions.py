@@ -151,6 +151,12 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def _outcome(result: CallResult) -> str:
+    if isinstance(result, ToolOutput):
+        return "ok"
+    return result.reason if isinstance(result, ToolRejected) else "crashed"
+
+
 class SessionStore:
     """Every live session, keyed by id. Run it with `async with store.run():` (the app's lifespan does)."""
 
@@ -164,6 +170,9 @@ class SessionStore:
         """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
         self.on_end: list[Callable[[Session, str], None]] = []
         """Called with (session, how) when a session ends: 'deleted', 'reaped' or 'shutdown'."""
+        self.on_call: list[Callable[[Session, str, str, float], None]] = []
+        """Called with (session, tool name, outcome, seconds) when a call ends; outcome is 'ok', 'crashed'
+        or a `ToolRejected` reason."""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -381,6 +390,7 @@ class SessionStore:
 
     async def _run_call(self, session: Session, call: ToolCall, arguments: Any) -> None:
         result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
+        started = time.monotonic()
         try:
             async with session.lock:
                 result = await self._invoke(session, call.name, arguments)
@@ -391,6 +401,10 @@ class SessionStore:
             call.result = result
             call.ended_at = time.monotonic()
             call.done.set()
+        outcome = _outcome(result)
+        self.counts["calls_" + outcome] += 1
+        for listener in self.on_call:
+            listener(session, call.name, outcome, call.ended_at - started)
 
     async def _invoke(self, session: Session, name: str, arguments: Any) -> CallResult:
         if session.state is State.DELETED:
@@ -424,6 +438,12 @@ class SessionStore:
             return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
         if not isinstance(output, ToolOutput):
             return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
+        size = sum(len(block.text if block.type == "text" else block.data) for block in output.blocks)
+        if size > self.settings.max_output_chars:
+            return ToolRejected(
+                "output_too_large",
+                f"'{name}' returned {size} characters, more than the limit of {self.settings.max_output_chars}",
+            )
         return output
 
     def _record(self, session: Session, result: CallResult) -> None:
@@ -431,9 +451,7 @@ class SessionStore:
             # A failed call earns nothing, so a client reading "the last reward" does not count one twice.
             if not (isinstance(result, ToolRejected) and result.reason == "episode_finished"):
                 session.last_reward = 0.0
-            self.counts["calls_" + (result.reason if isinstance(result, ToolRejected) else "crashed")] += 1
             return
-        self.counts["calls_ok"] += 1
         session.step_count += 1
         session.last_reward = float(result.reward or 0.0)
         session.total_reward += session.last_reward

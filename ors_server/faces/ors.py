@@ -14,6 +14,7 @@ import functools
 import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
@@ -311,6 +312,7 @@ async def call(request: Request) -> Response:
     sid = _session_id(request)
     env_name = _path_env_name(request)
     body = await read_body(request, CallBody)
+    request.state.tool = body.name
     session = await store.get_ready(sid, env_name)
     if body.task_id is not None:
         running = store.find_call(session, body.task_id)
@@ -380,37 +382,49 @@ def exception_handlers() -> dict[Any, Any]:
     }
 
 
-# Routes.
+# Routes: one table, from which both the router and the OpenAPI document are built.
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    path: str
+    handler: Any
+    method: str
+    summary: str
+    body: type[BaseModel] | None = None
+    session: bool = False
+    per_env: bool = False
+    """Served as `/{env}/path` for every environment and as the bare path."""
+
+
+ENDPOINTS = [
+    Endpoint("/health", health, "GET", "Liveness"),
+    Endpoint("/version", version, "GET", "Server version"),
+    Endpoint("/list_environments", list_environments, "GET", "Environment names; the first is the default"),
+    Endpoint("/create_session", create_session, "POST", "A new session id (SSE with Accept: text/event-stream)"),
+    Endpoint("/create", create, "POST", "Start an episode in the session", CreateBody, session=True),
+    Endpoint("/ping", ping, "POST", "Keep the session alive", session=True),
+    Endpoint("/delete", delete, "POST", "End the episode and tear it down", session=True),
+    Endpoint("/delete_session", delete_session, "POST", "Release the session id", session=True),
+    Endpoint("/tools", tools, "GET", "The environment's tools", per_env=True),
+    Endpoint("/splits", splits, "GET", "The environment's splits", per_env=True),
+    Endpoint("/tasks", tasks, "POST", "Every task of a split", SplitBody, per_env=True),
+    Endpoint("/num_tasks", num_tasks, "POST", "How many tasks a split has", SplitBody, per_env=True),
+    Endpoint("/task", task, "POST", "One task of a split", TaskBody, per_env=True),
+    Endpoint("/task_range", task_range, "POST", "A slice of a split's tasks", TaskRangeBody, per_env=True),
+    Endpoint("/prompt", prompt, "GET", "The episode's opening blocks", session=True, per_env=True),
+    Endpoint("/task_tools", task_tools, "GET", "The tools of this session's task", session=True, per_env=True),
+    Endpoint("/call", call, "POST", "Call a tool; the result streams as SSE", CallBody, session=True, per_env=True),
+]
 
 
 def root_routes() -> list[BaseRoute]:
-    return [
-        Route("/health", health),
-        Route("/version", version),
-        Route("/list_environments", list_environments),
-        Route("/create_session", create_session, methods=["POST"]),
-        Route("/create", create, methods=["POST"]),
-        Route("/ping", ping, methods=["POST"]),
-        Route("/delete", delete, methods=["POST"]),
-        Route("/delete_session", delete_session, methods=["POST"]),
-    ]
-
-
-_ENV_ENDPOINTS: list[tuple[str, Any, list[str]]] = [
-    ("/tools", tools, ["GET"]),
-    ("/splits", splits, ["GET"]),
-    ("/tasks", tasks, ["POST"]),
-    ("/num_tasks", num_tasks, ["POST"]),
-    ("/task", task, ["POST"]),
-    ("/task_range", task_range, ["POST"]),
-    ("/prompt", prompt, ["GET"]),
-    ("/task_tools", task_tools, ["GET"]),
-    ("/call", call, ["POST"]),
-]
+    return [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS if not e.per_env]
 
 
 def env_routes() -> list[BaseRoute]:
     """`/{env}/...` for every environment, and the same paths bare."""
-    bare = [Route(path, endpoint, methods=methods) for path, endpoint, methods in _ENV_ENDPOINTS]
-    prefixed = [Route("/{env}" + path, endpoint, methods=methods) for path, endpoint, methods in _ENV_ENDPOINTS]
+    per_env = [e for e in ENDPOINTS if e.per_env]
+    bare = [Route(e.path, e.handler, methods=[e.method]) for e in per_env]
+    prefixed = [Route("/{env}" + e.path, e.handler, methods=[e.method]) for e in per_env]
     return bare + prefixed

@@ -1,0 +1,133 @@
+"""What the server tells its operators: Prometheus metrics at `/metrics` and one access-log line per request.
+
+Access logs are logfmt key=value lines on the `ors_server.access` logger: method, path, status, latency, face,
+session id, environment and tool. Headers and bodies (where secrets travel) are never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ors_server.faces.shapes import face_of
+from ors_server.sessions import Session, SessionStore
+
+access_log = logging.getLogger("ors_server.access")
+
+SESSION_EVENTS = ("created", "deleted", "reaped", "shutdown", "setup_failed")
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class _StoreCollector(Collector):
+    """Live sessions and session lifecycle counts, read from the store at scrape time."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        live = GaugeMetricFamily("ors_live_sessions", "Sessions alive now, per environment", labels=["env"])
+        per_env: dict[str, int] = {}
+        for session in self.store.sessions():
+            per_env[session.env_name] = per_env.get(session.env_name, 0) + 1
+        for env, count in sorted(per_env.items()):
+            live.add_metric([env], count)
+        yield live
+        events = CounterMetricFamily("ors_sessions", "Sessions by lifecycle event", labels=["event"])
+        for event in SESSION_EVENTS:
+            events.add_metric([event], self.store.counts[event])
+        yield events
+
+
+class Metrics:
+    def __init__(self, store: SessionStore) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_StoreCollector(store))
+        self.tool_calls = Counter(
+            "ors_tool_calls",
+            "Tool calls by environment, tool and outcome",
+            ["env", "tool", "outcome"],
+            registry=self.registry,
+        )
+        self.tool_seconds = Histogram(
+            "ors_tool_call_seconds",
+            "Time a tool call takes in the session, queueing included",
+            ["env"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "ors_request_seconds",
+            "HTTP request latency per face",
+            ["face"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        store.on_call.append(self._on_call)
+
+    def _on_call(self, session: Session, tool: str, outcome: str, seconds: float) -> None:
+        # Unknown tool names come from clients: keep them out of the label space.
+        label = tool if tool in session.env_cls.tools else "<unknown>"
+        self.tool_calls.labels(session.env_name, label, outcome).inc()
+        self.tool_seconds.labels(session.env_name).observe(seconds)
+
+    async def endpoint(self, request: Request) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+class Observe:
+    """ASGI middleware: time every request for the per-face histogram and write its access-log line."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            seconds = time.perf_counter() - started
+            face = face_of(scope["path"])
+            self.metrics.request_seconds.labels(face).observe(seconds)
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info(_access_line(scope, status, seconds, face))
+
+
+def _access_line(scope: Scope, status: int, seconds: float, face: str) -> str:
+    headers = dict(scope["headers"])
+    session = headers.get(b"x-session-id") or headers.get(b"mcp-session-id") or b"-"
+    state = scope.get("state") or {}
+    env = (scope.get("path_params") or {}).get("env") or state.get("env") or "-"
+    fields = {
+        "method": scope["method"],
+        "path": scope["path"][:200],
+        "status": status,
+        "ms": f"{seconds * 1000:.1f}",
+        "face": face,
+        "session": session.decode("latin-1")[:128],
+        "env": str(env)[:64],
+        "tool": str(state.get("tool", "-"))[:64],
+    }
+    return " ".join(f"{key}={_quoted(str(value))}" for key, value in fields.items())
+
+
+def _quoted(value: str) -> str:
+    return f'"{value}"' if (not value or any(c in value for c in ' "=')) else value
