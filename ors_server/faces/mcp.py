@@ -1,24 +1,533 @@
-"""MCP streamable HTTP face (placeholder until the MCP face lands)."""
+"""The MCP face: streamable HTTP at `/{env}/mcp` (and `/mcp` for the default environment).
+
+Built on the `mcp` SDK 2.x: a low-level `Server` (`tools/list`, `tools/call`) behind one stateful
+`StreamableHTTPSessionManager` with JSON responses. Both `/mcp` and `/mcp/` are served directly, since
+Eval Protocol always appends the slash and a redirect would double its round trips.
+
+Binding an MCP session to an episode
+    An MCP transport session (the `mcp-session-id` the manager mints at `initialize`) is bound to one key of
+    the shared session store, chosen at `initialize`:
+
+    1. `params.clientInfo._extra.session_id`, as Eval Protocol sends it (with `seed` and `config`, which
+       shape the task through `task_from_seed`). The `mcp` 2.x SDK drops unknown `clientInfo` keys from
+       its typed params, so the raw `initialize` body is read here, before the SDK parses it.
+    2. else the `X-Session-ID` request header of the `initialize` POST. This is how an `mcp` 2.x client
+       (which cannot send `_extra`) names a session, for example one created through ORS `/create`:
+       `streamable_http_client(url, http_client=create_mcp_http_client(headers={"X-Session-ID": sid}))`.
+    3. else the transport id itself: a fresh episode (seeded by `_extra.seed`/`config` if given).
+
+    An unknown key creates the session (`created_by="mcp"`). A known key attaches to the live episode,
+    whichever face created it, except that re-initializing an MCP-created key whose episode has already
+    been stepped restarts it (`store.reset` with the same seed), so running the same dataset row again on
+    a running server starts from the identical initial state.
+
+    The face keeps one map, transport id -> store key, and nothing else about episodes.
+
+When episodes end
+    An MCP-created episode ends when the last MCP transport bound to it closes (an HTTP `DELETE`, or the
+    transport going idle for `session_timeout`), or by ORS `/delete`, or by the store's reaper. An episode
+    created by another face (ORS `/create`, the control plane) never ends because an MCP transport closed.
+
+Protocol eras
+    The 2.x high-level `mcp.Client(url)` defaults to `mode="auto"`, which first tries the sessionless
+    2026-07-28 protocol (`server/discover`): no `initialize` and no `mcp-session-id`, so every call would
+    land in no episode at all. This server refuses `server/discover` with method-not-found, which makes
+    the auto client fall back to the `initialize` handshake and keep its episode. A client pinned to
+    2026-07-28 can still call tools by naming a session with the `X-Session-ID` header on every request.
+
+Results
+    `tools/call` goes through the store's one call pipeline and renders only the observation (text and
+    image blocks): reward and termination stay on the control plane and ORS. Unknown tools, invalid
+    arguments, a raising tool and calls after the episode finished are `isError` results, never transport
+    errors. HTTP-level refusals (bad Host, oversized or malformed bodies, a full store) are 4xx/503 with a
+    JSON-RPC error body.
+"""
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
+import json
+import logging
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from http import HTTPStatus
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
+from typing import Any
 
-from starlette.routing import BaseRoute
+import anyio
+from mcp import types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.routing import BaseRoute, Route
+from starlette.types import Message, Receive, Scope, Send
 
+from ors_server.environment import Environment
+from ors_server.errors import (
+    BadRequest,
+    CapacityReached,
+    NotFound,
+    OrsError,
+    SessionDeleted,
+    SessionExists,
+    SessionNotFound,
+    ShuttingDown,
+    Unavailable,
+    WrongEnvironment,
+)
 from ors_server.registry import Registry
-from ors_server.sessions import SessionStore
+from ors_server.sessions import Session, SessionStore, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
+from ors_server.types import ImageBlock, TextBlock, ToolOutput
+
+logger = logging.getLogger("ors_server.mcp")
+
+SESSION_HEADER = "mcp-session-id"
+KEY_HEADER = "x-session-id"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+# JSON-RPC codes for refusals made before the SDK sees a request.
+INVALID_REQUEST = types.INVALID_REQUEST
+INVALID_PARAMS = types.INVALID_PARAMS
+SERVER_UNAVAILABLE = -32000
+
+
+class _Refused(Exception):
+    """An HTTP-level refusal of an MCP request, rendered as a JSON-RPC error."""
+
+    def __init__(self, status: int, code: int, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.retry_after = status, code, message, retry_after
+
+    @classmethod
+    def of(cls, exc: OrsError) -> _Refused:
+        """The one mapper from the domain error tree to an HTTP status and JSON-RPC code."""
+        if isinstance(exc, Unavailable):
+            return cls(503, SERVER_UNAVAILABLE, exc.message, exc.retry_after)
+        if isinstance(exc, NotFound | SessionDeleted):
+            return cls(404, INVALID_REQUEST, exc.message)
+        if isinstance(exc, BadRequest):
+            return cls(400, INVALID_PARAMS, exc.message)
+        return cls(500, types.INTERNAL_ERROR, exc.message)
+
+
+@dataclass
+class _Binding:
+    """One MCP transport session and the store key it drives."""
+
+    key: str
+    env_cls: type[Environment]
+    in_flight: int = 0
+    last_seen: float = field(default_factory=anyio.current_time)
+
+
+@cache
+def _tools(env_cls: type[Environment]) -> list[types.Tool]:
+    """The tool list of an environment: the same specs as ORS `/tools`."""
+    return [
+        types.Tool(name=t.name, description=t.description, input_schema=t.input_schema() or EMPTY_SCHEMA)
+        for t in env_cls.tools.values()
+    ]
+
+
+def _error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+
+
+def render(name: str, result: ToolOutput | ToolRejected | ToolCrashed) -> types.CallToolResult:
+    """A call result as MCP content: the observation only (no reward, no termination)."""
+    if isinstance(result, ToolRejected):
+        return _error_result(result.message)
+    if isinstance(result, ToolCrashed):
+        return _error_result(f"Error executing tool {name}: {result.message}")
+    content: list[types.TextContent | types.ImageContent] = []
+    for block in result.blocks:
+        if isinstance(block, TextBlock):
+            content.append(types.TextContent(type="text", text=block.text))
+        elif isinstance(block, ImageBlock):
+            content.append(types.ImageContent(type="image", data=block.data, mime_type=block.mimeType))
+    return types.CallToolResult(content=content, is_error=False)
+
+
+async def _handshake_only(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+    # Refusing discovery makes `mcp.Client(url)` (mode="auto") fall back to `initialize`, the only era in
+    # which a transport session, and so an episode, survives from one call to the next.
+    if ctx.method == "server/discover":
+        raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
+    return await call_next(ctx)
+
+
+def _security(settings: Settings) -> TransportSecuritySettings:
+    hosts = [f"{host}:*" for host in LOOPBACK_HOSTS] + list(LOOPBACK_HOSTS)
+    if settings.host not in ("0.0.0.0", "::", "", *LOOPBACK_HOSTS):
+        hosts += [settings.host, f"{settings.host}:*"]
+    hosts += list(settings.allowed_hosts)
+    origins = [f"{scheme}://{host}" for scheme in ("http", "https") for host in hosts]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+def _server_version() -> str:
+    try:
+        return dist_version("ors-server")
+    except PackageNotFoundError:
+        return "0"
+
+
+def _int_or_none(value: Any, what: str) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise BadRequest(f"{what} must be an integer or null")
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _Refused(400, INVALID_REQUEST, "client disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _Refused(413, INVALID_REQUEST, f"request body larger than {limit} bytes")
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _send_error(send: Send, refusal: _Refused, request_id: Any = None) -> None:
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": refusal.code, "message": refusal.message}}
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if refusal.retry_after is not None:
+        headers.append((b"retry-after", str(refusal.retry_after).encode()))
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _json_errors(send: Send) -> Send:
+    """Wrap `send` so every error response is a JSON-RPC error (the SDK answers some refusals in plain text,
+    e.g. 421 for a bad Host or 413 for a large body), and a 503 carries Retry-After."""
+    held: dict[str, Any] = {}
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            content_type = Headers(raw=message.get("headers") or []).get("content-type", "")
+            if status >= 400 and not content_type.startswith("application/json"):
+                held["status"], held["body"] = status, b""
+                return
+            if status == 503:
+                headers = MutableHeaders(raw=list(message.get("headers") or []))
+                headers.setdefault("retry-after", "2")
+                message = {**message, "headers": headers.raw}
+        elif message["type"] == "http.response.body" and "status" in held:
+            held["body"] += message.get("body", b"")
+            if not message.get("more_body", False):
+                status = held["status"]
+                text = held["body"].decode("utf-8", "replace").strip() or HTTPStatus(status).phrase
+                await _send_error(send, _Refused(status, INVALID_REQUEST, text, 2 if status == 503 else None))
+            return
+        await send(message)
+
+    return wrapped
 
 
 class McpFace:
+    """The MCP endpoint of every environment, over the shared session store."""
+
     def __init__(self, registry: Registry, store: SessionStore, settings: Settings) -> None:
         self.registry, self.store, self.settings = registry, store, settings
+        self.server: Server[Any] = Server(
+            "ors-server", version=_server_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
+        self.server.middleware.append(_handshake_only)
+        self.manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=True,
+            security_settings=_security(settings),
+            session_idle_timeout=settings.session_timeout,
+            max_request_body_size=settings.max_body_bytes,
+            max_sessions=settings.max_sessions,
+        )
+        self._bindings: dict[str, _Binding] = {}
+        store.on_end.append(self._forget_key)
+
+    # Wiring.
 
     def routes(self) -> list[BaseRoute]:
-        return []
+        endpoint = _Endpoint(self)
+        # methods=None: every method reaches the transport, which answers 405 as a JSON-RPC error itself.
+        return [Route(path, endpoint, methods=None) for path in ("/mcp", "/mcp/", "/{env}/mcp", "/{env}/mcp/")]
 
     @asynccontextmanager
-    async def run(self) -> AsyncIterator[None]:
-        yield
+    async def run(self) -> AsyncIterator[McpFace]:
+        async with self.manager.run(), anyio.create_task_group() as task_group:
+            task_group.start_soon(self._sweep_forever)
+            try:
+                yield self
+            finally:
+                task_group.cancel_scope.cancel()
+
+    def key_for(self, transport_id: str) -> str | None:
+        """The store key an MCP transport session is bound to (the control plane accepts transport ids)."""
+        binding = self._bindings.get(transport_id)
+        return binding.key if binding else None
+
+    # Opening and closing transports.
+
+    async def open(self, scope: Scope, receive: Receive, send: Send, env_cls: type[Environment]) -> None:
+        """A POST without a transport id: an `initialize` (or a sessionless 2026-07-28 request)."""
+        body = await _read_body(receive, self.settings.max_body_bytes)
+        try:
+            message = json.loads(body)
+        except ValueError:
+            message = None  # the transport answers the parse error
+        if not (isinstance(message, dict) and message.get("method") == "initialize"):
+            await self.manager.handle_request(scope, _replay(body, receive), send)
+            return
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        client_info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
+        extra = client_info.get("_extra") if isinstance(client_info.get("_extra"), dict) else {}
+        try:
+            key = extra.get("session_id") or Headers(scope=scope).get(KEY_HEADER)
+            seed = _int_or_none(extra.get("seed"), "clientInfo._extra.seed")
+            config = extra.get("config") or {}
+            if not isinstance(config, dict):
+                raise BadRequest("clientInfo._extra.config must be an object")
+            created = False
+            if key is not None:
+                key = self.store.check_id(str(key).strip())
+                created = await self._attach(key, env_cls, seed, config, "seed" in extra)
+                task = None
+            else:
+                if self.store.closing:
+                    raise ShuttingDown()
+                if len(self.store) >= self.settings.max_sessions:
+                    raise CapacityReached(self.settings.max_sessions)
+                task = await self._task(env_cls, seed, config)
+        except OrsError as exc:
+            await _send_error(send, _Refused.of(exc), message.get("id"))
+            return
+
+        bound: list[str] = []
+        replaced = False
+
+        async def bind(reply: Message) -> None:
+            nonlocal key, replaced
+            if replaced:
+                return
+            if reply["type"] == "http.response.start" and reply["status"] < 400:
+                transport_id = Headers(raw=reply.get("headers") or []).get(SESSION_HEADER)
+                if transport_id:
+                    if key is None:
+                        try:
+                            self.store.create(
+                                transport_id, env_cls, task or {}, seed=seed, config=config, created_by="mcp"
+                            )
+                        except OrsError as exc:
+                            # Lost a race for the last slot: refuse; the unbound transport idles out.
+                            replaced = True
+                            await _send_error(send, _Refused.of(exc), message.get("id"))
+                            return
+                        key = transport_id
+                    self._bindings[transport_id] = _Binding(key, env_cls)
+                    bound.append(transport_id)
+            await send(reply)
+
+        try:
+            await self.manager.handle_request(scope, _replay(body, receive), bind)
+        finally:
+            if created and not bound and key is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.store.discard(key, "reaped")
+
+    async def _task(self, env_cls: type[Environment], seed: int | None, config: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await anyio.to_thread.run_sync(env_cls.task_from_seed, seed, config)
+        except (LookupError, ValueError, TypeError) as exc:
+            raise BadRequest(f"no task for seed {seed!r} and config {config!r}: {type(exc).__name__}: {exc}") from None
+
+    async def _attach(
+        self, key: str, env_cls: type[Environment], seed: int | None, config: dict[str, Any], has_seed: bool
+    ) -> bool:
+        """Make `key` a live session of `env_cls` for a new transport; True if it was created here."""
+        for _ in range(3):
+            try:
+                session = self.store.get(key)
+            except (SessionNotFound, SessionDeleted):
+                task = await self._task(env_cls, seed, config)
+                try:
+                    self.store.create(key, env_cls, task, seed=seed, config=config, created_by="mcp")
+                except SessionExists:
+                    continue  # created meanwhile by another request: attach to it
+                return True
+            if session.env_cls is not env_cls:
+                raise WrongEnvironment(session.env_name, env_cls.name)
+            if session.created_by == "mcp" and (session.step_count or session.finished):
+                # The same row run again: a fresh episode, identical to the first (same seed, same config).
+                await self.store.reset(session, seed if has_seed else session.seed)
+            return False
+        raise SessionExists()
+
+    async def close(self, transport_id: str, how: str) -> None:
+        """A transport ended (DELETE, idle, or unknown to the manager): end its episode if nobody else uses it."""
+        binding = self._bindings.pop(transport_id, None)
+        if binding is None:
+            return
+        if any(b.key == binding.key for b in self._bindings.values()):
+            return
+        session = self._live(binding.key)
+        if session is not None and session.created_by == "mcp":
+            await self.store.discard(binding.key, how)
+
+    def _live(self, key: str) -> Session | None:
+        try:
+            return self.store.get(key)
+        except OrsError:
+            return None
+
+    def _forget_key(self, session: Session, how: str) -> None:
+        for transport_id in [t for t, b in self._bindings.items() if b.key == session.id]:
+            del self._bindings[transport_id]
+
+    async def _sweep_forever(self) -> None:
+        # The manager closes a transport after `session_timeout` with no request in flight; it offers no hook,
+        # so the same rule is applied here to the bindings (in-flight requests are counted by `_Endpoint`).
+        timeout = self.settings.session_timeout
+        while True:
+            await anyio.sleep(min(5.0, timeout / 4))
+            horizon = anyio.current_time() - timeout
+            for transport_id, binding in list(self._bindings.items()):
+                if not binding.in_flight and binding.last_seen < horizon:
+                    await self.close(transport_id, "reaped")
+
+    async def forward(self, scope: Scope, receive: Receive, send: Send, transport_id: str) -> None:
+        """A request of an existing transport: track it, refresh its episode, and end it on DELETE."""
+        binding = self._bindings.get(transport_id)
+        if binding is not None:
+            binding.in_flight += 1
+            self._live(binding.key)  # refreshes the episode's idle timer
+        status = 0
+
+        async def watch(reply: Message) -> None:
+            nonlocal status
+            if reply["type"] == "http.response.start":
+                status = reply["status"]
+            await send(reply)
+
+        try:
+            await self.manager.handle_request(scope, receive, watch)
+        finally:
+            if binding is not None:
+                binding.in_flight -= 1
+                binding.last_seen = anyio.current_time()
+        if binding is not None and (status == 404 or (scope["method"] == "DELETE" and 200 <= status < 300)):
+            with anyio.CancelScope(shield=True):
+                await self.close(transport_id, "deleted" if status != 404 else "reaped")
+
+    # MCP handlers.
+
+    def _binding(self, ctx: ServerRequestContext[Any, Any]) -> tuple[str | None, _Binding | None]:
+        request = ctx.request
+        transport_id = request.headers.get(SESSION_HEADER) if request is not None else None
+        return transport_id, self._bindings.get(transport_id) if transport_id else None
+
+    def _path_env(self, ctx: ServerRequestContext[Any, Any]) -> type[Environment]:
+        request = ctx.request
+        return self.registry.get(request.path_params.get("env") if request is not None else None)
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        _, binding = self._binding(ctx)
+        env_cls = binding.env_cls if binding is not None else self._path_env(ctx)
+        return types.ListToolsResult(tools=_tools(env_cls))
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        try:
+            session = await self._session_for(ctx)
+            result = await self.store.call(session, params.name, params.arguments)
+        except _NoEpisode as exc:
+            return _error_result(str(exc))
+        except OrsError as exc:
+            return _error_result(f"'{params.name}' was not run: {exc.message}")
+        except Exception:
+            logger.exception("MCP tools/call failed")
+            return _error_result(f"'{params.name}' was not run: internal server error")
+        return render(params.name, result)
+
+    async def _session_for(self, ctx: ServerRequestContext[Any, Any]) -> Session:
+        transport_id, binding = self._binding(ctx)
+        if binding is not None:
+            key, env_name = binding.key, None
+        elif transport_id is not None:
+            raise _NoEpisode("This MCP session's episode has ended: initialize a new MCP session.")
+        else:
+            # A sessionless (2026-07-28) request: it can only drive a session it names.
+            request = ctx.request
+            named = request.headers.get(KEY_HEADER) if request is not None else None
+            if not named:
+                raise _NoEpisode(
+                    "This server keeps an episode per MCP session: connect with the initialize handshake "
+                    "(mcp 2.x: Client(url) or Client(url, mode='legacy')), or name a session with the "
+                    "X-Session-ID header."
+                )
+            key, env_name = self.store.check_id(named.strip()), self._path_env(ctx).name
+        try:
+            return await self.store.get_ready(key, env_name)
+        except (SessionNotFound, SessionDeleted):
+            raise _NoEpisode(f"Session {key} has ended or does not exist.") from None
+
+
+class _NoEpisode(Exception):
+    """A tool call that names no live episode (rendered as an isError result)."""
+
+
+class _Endpoint:
+    """The raw ASGI endpoint behind every MCP route (a class instance, so Starlette serves it as ASGI)."""
+
+    def __init__(self, face: McpFace) -> None:
+        self.face = face
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send = _json_errors(send)
+        try:
+            env_cls = self.face.registry.get(scope.get("path_params", {}).get("env"))
+            transport_id = Headers(scope=scope).get(SESSION_HEADER)
+            if scope["method"] == "POST" and transport_id is None:
+                await self.face.open(scope, receive, send, env_cls)
+            elif transport_id is not None:
+                binding = self.face._bindings.get(transport_id)
+                if binding is not None and binding.env_cls is not env_cls:
+                    raise _Refused(404, INVALID_REQUEST, "Session not found")
+                await self.face.forward(scope, receive, send, transport_id)
+            else:
+                await self.face.manager.handle_request(scope, receive, send)
+        except OrsError as exc:
+            await _send_error(send, _Refused.of(exc))
+        except _Refused as refusal:
+            await _send_error(send, refusal)
+
+
+__all__ = ["McpFace", "render"]
