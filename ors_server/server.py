@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -16,6 +17,7 @@ from starlette.applications import Starlette
 
 from ors_server.app import create_app
 from ors_server.environment import Environment
+from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
 
@@ -38,7 +40,7 @@ class Server:
     def run(self, host: str | None = None, port: int | None = None) -> None:
         """Serve until interrupted (SIGINT or SIGTERM), then end every session cleanly."""
         configure_logging(self.settings.log_level)
-        uvicorn.run(
+        config = uvicorn.Config(
             self.app,
             host=host or self.settings.host,
             port=self.settings.port if port is None else port,
@@ -47,3 +49,17 @@ class Server:
             access_log=False,  # ours (ors_server.access) carries the session, environment and tool
             timeout_graceful_shutdown=int(self.settings.shutdown_grace) or None,
         )
+        _Uvicorn(config, self.app.state.store).run()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, telling the store to stop admitting sessions the moment a shutdown signal arrives, so the
+    grace period for in-flight calls counts from the signal rather than from when connections have closed."""
+
+    def __init__(self, config: uvicorn.Config, store: SessionStore) -> None:
+        super().__init__(config)
+        self.store = store
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.store.stop_admitting()
+        super().handle_exit(sig, frame)

@@ -165,7 +165,7 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._tombstones: OrderedDict[str, float] = OrderedDict()
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._closing = False
+        self._closing_since: float | None = None
         self.counts: Counter[str] = Counter()
         """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
         self.on_end: list[Callable[[Session, str], None]] = []
@@ -198,11 +198,17 @@ class SessionStore:
                 task_group.cancel_scope.cancel()
         self._task_group = None
 
+    def stop_admitting(self) -> None:
+        """Refuse new sessions from now on; the shutdown grace period counts from the first call."""
+        if self._closing_since is None:
+            self._closing_since = time.monotonic()
+
     async def shutdown(self) -> None:
-        # Stop admitting: new sessions get 503 from now on.
-        self._closing = True
-        # Drain: in-flight calls get the grace period to finish.
-        with anyio.move_on_after(self.settings.shutdown_grace):
+        # Stop admitting: new sessions get 503 from now on (the server may have said so at SIGTERM already).
+        self.stop_admitting()
+        assert self._closing_since is not None
+        # Drain: in-flight calls get what is left of the grace period to finish.
+        with anyio.move_on_after(self._closing_since + self.settings.shutdown_grace - time.monotonic()):
             for call in [c for s in self._sessions.values() for c in s.calls.values()]:
                 await call.done.wait()
         # Tear down every session, concurrently, each exactly once.
@@ -212,7 +218,7 @@ class SessionStore:
 
     @property
     def closing(self) -> bool:
-        return self._closing
+        return self._closing_since is not None
 
     # Creating and finding sessions.
 
@@ -234,7 +240,7 @@ class SessionStore:
     ) -> Session:
         """Register a session and start building its environment in the background; returns at once."""
         self.check_id(session_id)
-        if self._closing:
+        if self.closing:
             raise ShuttingDown()
         if session_id in self._sessions:
             raise SessionExists()

@@ -268,6 +268,7 @@ async def create(request: Request) -> Response:
     sid = _session_id(request)
     body = await read_body(request, CreateBody)
     env_cls = _registry(request).get(body.env_name)
+    request.state.env = env_cls.name
     secrets = _secrets(request, body)
     task_spec = body.task_spec
     if task_spec is None:
@@ -314,6 +315,7 @@ async def call(request: Request) -> Response:
     body = await read_body(request, CallBody)
     request.state.tool = body.name
     session = await store.get_ready(sid, env_name)
+    request.state.env = session.env_name
     if body.task_id is not None:
         running = store.find_call(session, body.task_id)
         if running is None:
