@@ -1,0 +1,121 @@
+"""Cached virtual environments for the official clients, which cannot share the project's environment.
+
+`openreward` 0.1.167 pins sse-starlette 2.x and `eval-protocol` 0.3.33 pins `mcp<2`, while the server
+needs sse-starlette 3 and mcp 2; so each client gets its own venv under `<repo>/.client-venvs/<name>`
+(or `$ORS_CLIENT_VENVS/<name>`), built once and reused across runs.
+
+A venv counts as built only when its marker file holds exactly the spec it was built from, and the
+marker is written last (atomically), so an interrupted or failed install is redone on the next run and
+changing a pin below rebuilds. Builds take an exclusive `flock` on `<root>/<name>.lock`, so concurrent
+pytest processes build each venv once and the others wait, then reuse it.
+
+Run `python tests/clients/client_venvs.py` to build every venv ahead of the tests (e.g. in CI).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+VENVS: dict[str, tuple[str, ...]] = {
+    # Both ORS clients co-install (ors-sdk 0.1.0 has no pins that conflict with openreward's).
+    "openreward": ("openreward==0.1.167", "ors-sdk==0.1.0"),
+    "eval-protocol": ("eval-protocol==0.3.33",),
+}
+
+INSTALL_TIMEOUT = 900.0
+"""Seconds one `pip install` may take (a cold eval-protocol install is about a minute, ~110 packages)."""
+
+MARKER = ".ors-client-venv.json"
+
+
+def venvs_root() -> Path:
+    return Path(os.environ.get("ORS_CLIENT_VENVS") or REPO / ".client-venvs")
+
+
+def _spec(name: str) -> dict[str, object]:
+    # The base interpreter is part of the spec: a venv points at it and breaks if it changes.
+    return {"requirements": list(VENVS[name]), "base_python": sys.version.split()[0], "base_prefix": sys.base_prefix}
+
+
+def venv_python(name: str) -> Path:
+    return venvs_root() / name / "bin" / "python"
+
+
+def is_ready(name: str) -> bool:
+    """True when the venv `name` is built from the current spec (no lock taken, so only a hint)."""
+    marker = venvs_root() / name / MARKER
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    return recorded.get("spec") == _spec(name) and venv_python(name).exists()
+
+
+def ensure_venv(name: str) -> Path:
+    """Build the venv `name` unless it is already built from the current spec; return its python."""
+    if is_ready(name):
+        return venv_python(name)
+    root = venvs_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not is_ready(name):  # another process may have built it while we waited for the lock
+                _build(name)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return venv_python(name)
+
+
+def _build(name: str) -> None:
+    venv = venvs_root() / name
+    shutil.rmtree(venv, ignore_errors=True)
+    log_path = venvs_root() / f"{name}.install.log"
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        steps = [
+            [sys.executable, "-m", "venv", str(venv)],
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *VENVS[name]],
+        ]
+        for cmd in steps:
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT, env=clean_env())
+            if result.returncode != 0:
+                raise RuntimeError(f"building client venv {name!r} failed (exit {result.returncode}); see {log_path}")
+    seconds = round(time.monotonic() - started, 1)
+    marker = venv / MARKER
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"spec": _spec(name), "install_seconds": seconds}, indent=2))
+    os.replace(tmp, marker)
+
+
+def install_seconds(name: str) -> float | None:
+    """How long the cached venv took to build, as recorded in its marker."""
+    try:
+        return json.loads((venvs_root() / name / MARKER).read_text()).get("install_seconds")
+    except (OSError, ValueError):
+        return None
+
+
+def clean_env() -> dict[str, str]:
+    """The caller's environment without anything that would point pip or python at the project's venv."""
+    env = dict(os.environ)
+    for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV", "PYTHONSTARTUP"):
+        env.pop(key, None)
+    return env
+
+
+if __name__ == "__main__":
+    for venv_name in sys.argv[1:] or VENVS:
+        python = ensure_venv(venv_name)
+        print(f"{venv_name}: {python} (built in {install_seconds(venv_name)} s)")

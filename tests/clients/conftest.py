@@ -1,0 +1,63 @@
+"""Black-box fixtures: the official clients, each in its own cached venv, drive a real `ors-server serve`."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import client_venvs  # noqa: E402
+from harness import Server, run_script, run_server  # noqa: E402
+
+# Fixture -> the venv it builds. pytest-timeout counts fixture setup against the test that happens to
+# build a venv; such tests get room for a cold install, the rest keep the project's per-test limit.
+VENV_FIXTURES = {"openreward_python": "openreward", "eval_protocol_python": "eval-protocol"}
+COLD_INSTALL_TIMEOUT = int(client_venvs.INSTALL_TIMEOUT) + 300
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, venv in VENV_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()) and not client_venvs.is_ready(venv):
+                item.add_marker(pytest.mark.timeout(COLD_INSTALL_TIMEOUT))
+
+
+@pytest.fixture(scope="session")
+def openreward_python() -> Path:
+    """The python of a venv with `openreward` 0.1.167 and `ors-sdk` 0.1.0."""
+    return client_venvs.ensure_venv("openreward")
+
+
+@pytest.fixture(scope="session")
+def eval_protocol_python() -> Path:
+    """The python of a venv with `eval-protocol` 0.3.33 (and so `mcp` 1.x)."""
+    return client_venvs.ensure_venv("eval-protocol")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server with the default settings, shared by a test module."""
+    with run_server(tmp_path_factory.mktemp("server")) as running:
+        yield running
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """Start a dedicated server with extra `serve` arguments: `start_server("--session-timeout", "5")`."""
+    with contextlib.ExitStack() as stack:
+        yield lambda *args: stack.enter_context(run_server(tmp_path / "servers", *args))
+
+
+@pytest.fixture
+def run_client(tmp_path: Path) -> Callable[..., dict]:
+    """`run_client(python, script, *args, server=...)`: the JSON result a client script reported."""
+
+    def run(python: Path, script: str, *args: str, server: Server | None = None, timeout: float = 120) -> dict:
+        return run_script(python, script, *args, home=tmp_path / "home", server=server, timeout=timeout)
+
+    return run

@@ -1,0 +1,46 @@
+"""Helpers shared by the client scripts (standard library only: they run in the clients' venvs)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+
+RESULT_PREFIX = "ORS-CLIENT-RESULT "
+
+
+def report(result: dict) -> None:
+    """Print the one line the test reads; everything else on stdout is only shown on failure."""
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, default=repr) + "\n")
+    sys.stdout.flush()
+
+
+def post(base_url: str, path: str, headers: dict[str, str] | None = None, body: bytes = b"") -> tuple[int, str]:
+    """A bare POST outside any client, to look at the server after the client is done."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(f"{base_url}{path}", data=body, method="POST", headers=headers or {})
+    try:
+        with opener.open(request, timeout=10) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def ping_status(base_url: str, sid: str) -> int:
+    """The status `POST /ping` answers for `sid` (404 or 410 once the session is gone)."""
+    status, _ = post(base_url, "/ping", {"X-Session-ID": sid, "Content-Type": "application/octet-stream"})
+    return status
+
+
+def live_sessions(base_url: str) -> int | None:
+    """Live sessions per the server's `/metrics` (`ors_live_sessions`), or None if it has no such metric."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"{base_url}/metrics", timeout=10) as response:
+            text = response.read().decode(errors="replace")
+    except (OSError, urllib.error.URLError):
+        return None
+    counts = [line.rsplit(" ", 1)[-1] for line in text.splitlines() if re.match(r"ors_live_sessions[{ ]", line)]
+    return int(sum(float(count) for count in counts)) if counts else None
