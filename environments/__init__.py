@@ -4,5 +4,6 @@ from environments.blackjack import Blackjack
 from environments.cliff_walking import CliffWalking
 from environments.frozen_lake import FrozenLake
 from environments.math import Math
+from environments.shell import Shell
 
-BUILTIN_ENVIRONMENTS = [Math, FrozenLake, CliffWalking, Blackjack]
+BUILTIN_ENVIRONMENTS = [Math, FrozenLake, CliffWalking, Blackjack, Shell]
