@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server.faces.shapes import error_response
 
@@ -33,9 +33,48 @@ class Guard:
             return await response(scope, receive, send)
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
-            response = error_response(path, 413, f"request body larger than {self.max_body_bytes} bytes")
-            return await response(scope, receive, send)
+            return await self._too_large(scope, receive, send)
+        if b"transfer-encoding" in headers:
+            return await self._counted(scope, receive, send)
         await self.app(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(scope["path"], 413, f"request body larger than {self.max_body_bytes} bytes")
+        await response(scope, receive, send)
+
+    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A body of undeclared size (chunked) is counted as it arrives. Past the limit the client gets the 413
+        at once and the app sees a disconnect, so no face ever holds more than the limit in memory."""
+        received = 0
+        started = answered = False
+
+        async def counted_receive() -> Message:
+            nonlocal received, answered
+            if answered:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    if not started:
+                        answered = True
+                        await self._too_large(scope, receive, send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if answered:
+                return  # the client has its 413; whatever the app answers to the disconnect is dropped
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, guarded_send)
+        except Exception:
+            if not answered:
+                raise
+            # The app failed on the disconnect it was shown, after the client already had its answer.
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         assert self.api_key is not None
