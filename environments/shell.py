@@ -16,8 +16,9 @@ an environment stripped of the server's variables (so no API keys leak into the 
 server's user and can read and write whatever that user can, including other sessions' directories. It is
 not a security boundary; run untrusted agents in a container. With `"sandbox": "bwrap"` in the task spec,
 or `ORS_SHELL_SANDBOX=bwrap` in the server's environment, bash runs inside bubblewrap (which must be
-installed): a read-only view of the system, a private /tmp, the working directory as the only writable
-place, and no network (every namespace unshared). Under bwrap a timed-out command restarts the shell.
+installed; asking for it without it fails the session's setup): a read-only view of the system, a private
+/tmp, the working directory as the only writable place, no network, and its own pid namespace (every
+namespace unshared), so commands can neither reach the network nor see or signal the server's processes.
 
 Teardown kills the shell's whole process group and every process still in its session, then removes the
 directory. A process that started a session of its own (`setsid`) escapes that sweep unless bwrap is used.
@@ -146,13 +147,13 @@ class CommandResult:
         return "\n".join(parts + [f"[{note}]" for note in self.notes])
 
 
-def _session_members(session_id: int) -> list[int] | None:
-    """The live (non-zombie) processes of a session, from /proc; None where /proc is not available."""
+def _session_members(session_id: int) -> dict[int, int] | None:
+    """The live (non-zombie) processes of a session (pid -> parent pid), from /proc; None without /proc."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
-    members = []
+    members = {}
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -163,7 +164,7 @@ def _session_members(session_id: int) -> list[int] | None:
             continue
         # After "pid (comm)": state, ppid, pgrp, session.
         if fields[0] != b"Z" and int(fields[3]) == session_id:
-            members.append(int(entry))
+            members[int(entry)] = int(fields[1])
     return members
 
 
@@ -177,6 +178,9 @@ class BashProcess:
         self.sandbox = sandbox
         self.cwd = str(workdir)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.shell_pid: int | None = None
+        self._launchers: set[int] = set()
+        """The processes between us and bash (bwrap's two); they must survive a command's kill."""
         self._lock = threading.Lock()
         self._closed = False
         self._busy = False
@@ -216,6 +220,28 @@ class BashProcess:
             for stream in (self.proc.stdout, self.proc.stderr):
                 assert stream is not None
                 os.set_blocking(stream.fileno(), False)
+            self.shell_pid, self._launchers = self.proc.pid, set()
+            if self.sandbox == "bwrap":
+                self._find_sandboxed_shell(self.proc)
+
+    def _find_sandboxed_shell(self, proc: subprocess.Popen[bytes]) -> None:
+        """Learn bash's pid under bwrap (bwrap -> bwrap, the pid namespace's init -> bash).
+
+        Once bash has answered a first command, it is the only grandchild: later orphans would also
+        become children of the namespace's init, so it is looked up now, not at the first timeout.
+        """
+        assert proc.stdin is not None
+        proc.stdin.write(b"printf '%s%s' __ors_ ready\n")
+        proc.stdin.flush()
+        out = _Capture(b"__ors_ready", 0, with_code=False)
+        err = _Capture(b"", 0, with_code=False, done=True)
+        if self._collect(proc, out, err, time.monotonic() + 10) != "done":
+            raise RuntimeError("the sandboxed shell did not start")
+        members = _session_members(proc.pid) or {}
+        inits = {pid for pid, parent in members.items() if parent == proc.pid}
+        shells = [pid for pid, parent in members.items() if parent in inits]
+        if len(shells) == 1:
+            self.shell_pid, self._launchers = shells[0], {proc.pid, *inits}
 
     def run(self, command: str) -> CommandResult:
         """Run `command` in the shell; returns when it ends, or after the timeout once it has been killed."""
@@ -256,7 +282,7 @@ class BashProcess:
             status = self._collect(proc, out, err, time.monotonic() + self.timeout)
         if status == "timeout":
             notes.append(f"the command timed out after {self.timeout:g} s and was killed")
-            if self.sandbox != "bwrap" and self._kill_command(proc):
+            if self._kill_command(proc):
                 status = self._collect(proc, out, err, time.monotonic() + KILL_GRACE)
         if status == "done":
             self.cwd = self._shell_cwd(proc) or self.cwd
@@ -301,16 +327,22 @@ class BashProcess:
                         selector.unregister(key.fd)
         return "done"
 
-    def _kill_command(self, proc: subprocess.Popen[bytes]) -> bool:
-        """Kill every process of the shell's session but the shell. False if they cannot be found."""
+    def _kill_command(self, proc: subprocess.Popen[bytes], *, everything: bool = False) -> bool:
+        """Kill every process of the shell's session but the shell (and its launchers), or `everything`.
+
+        False if the processes cannot be found (no /proc, or bash's pid under bwrap unknown).
+        """
+        spare = set() if everything else {self.shell_pid, *self._launchers}
+        if self.sandbox == "bwrap" and self.shell_pid == proc.pid and not everything:
+            return False
         for _ in range(50):  # a fork bomb may keep adding processes for a while
             members = _session_members(proc.pid)
             if members is None:
                 return False
-            members = [pid for pid in members if pid != proc.pid]
-            if not members:
+            targets = [pid for pid in members if pid not in spare]
+            if not targets:
                 return True
-            for pid in members:
+            for pid in targets:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -318,10 +350,10 @@ class BashProcess:
         return True
 
     def _shell_cwd(self, proc: subprocess.Popen[bytes]) -> str | None:
-        if self.sandbox == "bwrap":
-            return None  # /proc/<pid> is bwrap's, not the shell's
+        if self.shell_pid is None or (self.sandbox == "bwrap" and self.shell_pid == proc.pid):
+            return None  # bash's pid under bwrap is unknown
         try:
-            cwd = os.readlink(f"/proc/{proc.pid}/cwd")
+            cwd = os.readlink(f"/proc/{self.shell_pid}/cwd")
         except OSError:
             return None
         return cwd if os.path.isdir(cwd) else None
@@ -346,7 +378,7 @@ class BashProcess:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self._kill_command(proc)
+        self._kill_command(proc, everything=True)
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -203,8 +203,8 @@ async def test_nul_in_a_command_fails_the_call() -> None:
         assert result == ToolCrashed("the command must not contain NUL characters")
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is not None, reason="bwrap is installed")
 async def test_asking_for_bwrap_without_it_fails_setup_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setenv("ORS_SHELL_SANDBOX", "bwrap")
     async with SessionStore(Settings()).run() as store:
         store.create("s", Shell, {"id": "hello_file"})
@@ -212,6 +212,32 @@ async def test_asking_for_bwrap_without_it_fails_setup_plainly(monkeypatch: pyte
             await store.get_ready("s")
         root = store.get("s").env.root
     assert root is None or not root.exists()
+
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
+
+
+@needs_bwrap
+async def test_bwrap_sandbox_has_no_network_a_read_only_system_and_a_writable_workdir() -> None:
+    async with shell_session({"id": "hello_file", "sandbox": "bwrap"}) as (store, session):
+        text = await bash(store, session, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        assert text == "exit code: 0\nstdout:\nlo\n"
+        assert "Read-only file system" in await bash(store, session, "touch /usr/ors-probe")
+        await bash(store, session, "echo hi > hello.txt")
+        assert (await store.call(session, "submit", {})).reward == 1.0
+
+
+@needs_bwrap
+async def test_bwrap_timeout_kills_the_command_and_keeps_the_shell() -> None:
+    task_spec = {"id": "hello_file", "sandbox": "bwrap", "command_timeout": 0.5}
+    async with shell_session(task_spec) as (store, session):
+        await bash(store, session, "export VAR=kept")
+        text = await bash(store, session, "sleep 1000")
+        assert "timed out" in text and "new shell" not in text
+        assert await bash(store, session, "echo $VAR") == "exit code: 0\nstdout:\nkept\n"
+        shell_pid, root = footprint(session)
+        await store.discard("s")
+        assert not alive(shell_pid) and not root.exists()
 
 
 async def start_background_process(store: SessionStore, session: Session) -> int:
