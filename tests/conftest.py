@@ -1,45 +1,13 @@
-"""Shared fixtures: a real uvicorn server on a free loopback port, in a thread of the test process."""
+"""Shared fixtures. Test helpers live in plain modules (`serving.py`), importable from every test directory."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import sys
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve(app, log_level: str = "warning") -> Iterator[str]:
-    """Run `app` under a real uvicorn server until the block ends; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level=log_level, lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture

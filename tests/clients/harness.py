@@ -29,7 +29,8 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 RESULT_PREFIX = "ORS-CLIENT-RESULT "
 
 SERVER_START_TIMEOUT = 30.0
-SERVER_STOP_TIMEOUT = 15.0
+SERVER_STOP_TIMEOUT = 45.0
+"""Above the default shutdown grace (10 s) plus time to tear sessions down."""
 LOOPBACK = "127.0.0.1,localhost"
 
 
@@ -95,13 +96,25 @@ def run_server(log_dir: Path, *args: str) -> Iterator[Server]:
             time.sleep(0.1)
         yield server
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=SERVER_STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=SERVER_STOP_TIMEOUT)
+        killed = _stop(process)
+    if killed:  # a hung shutdown is a finding even when the test itself passed
+        raise RuntimeError(
+            f"ors-server ignored SIGTERM for {SERVER_STOP_TIMEOUT} s and was killed:\n{server.log_tail()}"
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> bool:
+    """SIGTERM, a bounded wait, then SIGKILL; True if it had to be killed."""
+    if process.poll() is not None:
+        return False
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=SERVER_STOP_TIMEOUT)
+        return False
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=SERVER_STOP_TIMEOUT)
+        return True
 
 
 def client_env(home: Path) -> dict[str, str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import serve
+from serving import serve
 
 from environments.blackjack import Blackjack
 from environments.cliff_walking import CliffWalking

@@ -279,13 +279,14 @@ async def test_tools_list_follows_the_environment_of_the_path():
     assert other.status_code == 404
 
 
-async def test_transport_idle_timeout_ends_an_mcp_created_episode():
-    with server(Counter, session_timeout=0.4) as base:
+async def test_an_idle_transport_ends_its_mcp_created_episode_though_the_control_plane_polls_it():
+    with server(Counter, session_timeout=0.5) as base:
         async with httpx.AsyncClient() as http:
             await raw_initialize(http, f"{base}/mcp", {"session_id": "idle-one"})
+            # Polling refreshes the episode's own idle timer, so only the transport's timeout can end it.
             with anyio.fail_after(10):
                 while True:
-                    response = await http.get(f"{base}/control/info", headers={"mcp-session-id": "idle-one"})
+                    response = await http.get(f"{base}/control/status", headers={"mcp-session-id": "idle-one"})
                     if response.status_code == 404:
                         break
-                    await anyio.sleep(0.1)
+                    await anyio.sleep(0.05)

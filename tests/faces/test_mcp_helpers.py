@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
-from conftest import serve
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from pydantic import BaseModel
+from serving import serve
 
 from ors_server import Environment, ImageBlock, TextBlock, ToolOutput, tool
 from ors_server.app import create_app

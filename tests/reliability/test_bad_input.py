@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import serve
 from reliability_envs import ACCEPT_MCP, initialize_body, mcp_call, mcp_open, ors_call, ors_result
+from serving import serve
 
 from environments import BUILTIN_ENVIRONMENTS
 from ors_server.app import create_app

@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import serve
 from reliability_envs import (
     ACCEPT_MCP,
     Faulty,
@@ -26,6 +25,7 @@ from reliability_envs import (
     ors_result,
     release_all,
 )
+from serving import serve
 
 from environments.frozen_lake import FrozenLake
 from ors_server.app import create_app

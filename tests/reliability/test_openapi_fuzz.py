@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 import schemathesis
-from conftest import serve
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
+from serving import serve
 
 from environments import BUILTIN_ENVIRONMENTS
 from ors_server.app import create_app
