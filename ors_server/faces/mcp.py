@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -118,9 +119,10 @@ class _Refused(Exception):
 
 @dataclass
 class _Binding:
-    """One MCP transport session and the store key it drives."""
+    """One MCP transport session and the episode it drives (that session object: not a later one that
+    reuses its key)."""
 
-    key: str
+    session: Session
     env_cls: type[Environment]
     in_flight: int = 0
     last_seen: float = field(default_factory=anyio.current_time)
@@ -269,6 +271,8 @@ class McpFace:
             max_sessions=settings.max_sessions,
         )
         self._bindings: dict[str, _Binding] = {}
+        self._opening: Counter[str] = Counter()
+        """Keys with an `initialize` in progress: a transport closing meanwhile must not end their episode."""
         store.on_end.append(self._forget_key)
 
     # Wiring.
@@ -290,7 +294,7 @@ class McpFace:
     def key_for(self, transport_id: str) -> str | None:
         """The store key an MCP transport session is bound to (the control plane accepts transport ids)."""
         binding = self._bindings.get(transport_id)
-        return binding.key if binding else None
+        return binding.session.id if binding else None
 
     # Opening and closing transports.
 
@@ -313,10 +317,12 @@ class McpFace:
             config = extra.get("config") or {}
             if not isinstance(config, dict):
                 raise BadRequest("clientInfo._extra.config must be an object")
+            session: Session | None = None
             created = False
             if key is not None:
                 key = self.store.check_id(str(key).strip())
-                created = await self._attach(key, env_cls, seed, config, "seed" in extra)
+                self._opening[key] += 1
+                session, created = await self._attach(key, env_cls, seed, config, "seed" in extra)
                 task = None
             else:
                 if self.store.closing:
@@ -325,6 +331,7 @@ class McpFace:
                     raise CapacityReached(self.settings.max_sessions)
                 task = await self._task(env_cls, seed, config)
         except OrsError as exc:
+            self._done_opening(key)
             await _send_error(send, _Refused.of(exc), message.get("id"))
             return
 
@@ -332,15 +339,15 @@ class McpFace:
         replaced = False
 
         async def bind(reply: Message) -> None:
-            nonlocal key, replaced
+            nonlocal session, replaced
             if replaced:
                 return
             if reply["type"] == "http.response.start" and reply["status"] < 400:
                 transport_id = Headers(raw=reply.get("headers") or []).get(SESSION_HEADER)
                 if transport_id:
-                    if key is None:
+                    if session is None:
                         try:
-                            self.store.create(
+                            session = self.store.create(
                                 transport_id, env_cls, task or {}, seed=seed, config=config, created_by="mcp"
                             )
                         except OrsError as exc:
@@ -348,17 +355,23 @@ class McpFace:
                             replaced = True
                             await _send_error(send, _Refused.of(exc), message.get("id"))
                             return
-                        key = transport_id
-                    self._bindings[transport_id] = _Binding(key, env_cls)
+                    self._bindings[transport_id] = _Binding(session, env_cls)
                     bound.append(transport_id)
             await send(reply)
 
         try:
             await self.manager.handle_request(scope, _replay(body, receive), bind)
         finally:
-            if created and not bound and key is not None:
+            self._done_opening(key)
+            if created and not bound and session is not None:
                 with anyio.CancelScope(shield=True):
-                    await self.store.discard(key, "reaped")
+                    await self._end(session, "reaped")
+
+    def _done_opening(self, key: str | None) -> None:
+        if key is not None and key in self._opening:
+            self._opening[key] -= 1
+            if not self._opening[key]:
+                del self._opening[key]
 
     async def _task(self, env_cls: type[Environment], seed: int | None, config: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -368,24 +381,24 @@ class McpFace:
 
     async def _attach(
         self, key: str, env_cls: type[Environment], seed: int | None, config: dict[str, Any], has_seed: bool
-    ) -> bool:
-        """Make `key` a live session of `env_cls` for a new transport; True if it was created here."""
+    ) -> tuple[Session, bool]:
+        """The live session `key` of `env_cls` for a new transport, and whether it was created here."""
         for _ in range(3):
             try:
                 session = self.store.get(key)
             except (SessionNotFound, SessionDeleted):
                 task = await self._task(env_cls, seed, config)
                 try:
-                    self.store.create(key, env_cls, task, seed=seed, config=config, created_by="mcp")
+                    session = self.store.create(key, env_cls, task, seed=seed, config=config, created_by="mcp")
                 except SessionExists:
                     continue  # created meanwhile by another request: attach to it
-                return True
+                return session, True
             if session.env_cls is not env_cls:
                 raise WrongEnvironment(session.env_name, env_cls.name)
             if session.created_by == "mcp" and (session.step_count or session.finished):
                 # The same row run again: a fresh episode, identical to the first (same seed, same config).
                 await self.store.reset(session, seed if has_seed else session.seed)
-            return False
+            return session, False
         raise SessionExists()
 
     async def close(self, transport_id: str, how: str) -> None:
@@ -393,20 +406,26 @@ class McpFace:
         binding = self._bindings.pop(transport_id, None)
         if binding is None:
             return
-        if any(b.key == binding.key for b in self._bindings.values()):
+        session = binding.session
+        if session.created_by != "mcp" or session.id in self._opening:
             return
-        session = self._live(binding.key)
-        if session is not None and session.created_by == "mcp":
-            await self.store.discard(binding.key, how)
+        if any(b.session is session for b in self._bindings.values()):
+            return
+        await self._end(session, how)
 
-    def _live(self, key: str) -> Session | None:
+    async def _end(self, session: Session, how: str) -> None:
+        if self._current(session):
+            await self.store.discard(session.id, how)
+
+    def _current(self, session: Session) -> bool:
+        """Whether `session` is still live in the store (refreshing its idle timer), not replaced under its key."""
         try:
-            return self.store.get(key)
+            return self.store.get(session.id) is session
         except OrsError:
-            return None
+            return False
 
     def _forget_key(self, session: Session, how: str) -> None:
-        for transport_id in [t for t, b in self._bindings.items() if b.key == session.id]:
+        for transport_id in [t for t, b in self._bindings.items() if b.session is session]:
             del self._bindings[transport_id]
 
     async def _sweep_forever(self) -> None:
@@ -425,7 +444,7 @@ class McpFace:
         binding = self._bindings.get(transport_id)
         if binding is not None:
             binding.in_flight += 1
-            self._live(binding.key)  # refreshes the episode's idle timer
+            self._current(binding.session)  # refreshes the episode's idle timer
         status = 0
 
         async def watch(reply: Message) -> None:
@@ -479,10 +498,11 @@ class McpFace:
 
     async def _session_for(self, ctx: ServerRequestContext[Any, Any]) -> Session:
         transport_id, binding = self._binding(ctx)
+        ended = _NoEpisode("This MCP session's episode has ended: initialize a new MCP session.")
         if binding is not None:
-            key, env_name = binding.key, None
+            key, env_name = binding.session.id, None
         elif transport_id is not None:
-            raise _NoEpisode("This MCP session's episode has ended: initialize a new MCP session.")
+            raise ended
         else:
             # A sessionless (2026-07-28) request: it can only drive a session it names.
             request = ctx.request
@@ -495,9 +515,12 @@ class McpFace:
                 )
             key, env_name = self.store.check_id(named.strip()), self._path_env(ctx).name
         try:
-            return await self.store.get_ready(key, env_name)
+            session = await self.store.get_ready(key, env_name)
         except (SessionNotFound, SessionDeleted):
-            raise _NoEpisode(f"Session {key} has ended or does not exist.") from None
+            raise (ended if binding is not None else _NoEpisode(f"Session {key} does not exist.")) from None
+        if binding is not None and session is not binding.session:
+            raise ended
+        return session
 
 
 class _NoEpisode(Exception):

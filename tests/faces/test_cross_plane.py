@@ -97,3 +97,17 @@ async def test_an_ors_call_and_an_mcp_call_step_the_same_episode():
             reward = await http.get(f"{base}/control/reward", headers={"mcp-session-id": "both"})
     assert '\\"count\\": 7' in ors.text or '"count": 7' in ors.text
     assert reward.json() == {"reward": 0.5, "step_count": 2}
+
+
+async def test_a_transport_never_drives_a_later_episode_that_reuses_its_key():
+    with server(Counter) as base:
+        async with httpx.AsyncClient() as http:
+            await ors_create(http, base, "reused", start=1)
+            old = (await raw_initialize(http, f"{base}/mcp", {"session_id": "reused"})).headers["mcp-session-id"]
+            await http.post(f"{base}/delete", headers={"X-Session-ID": "reused"})
+            await ors_create(http, base, "reused", start=100)
+            stale = await call(http, f"{base}/mcp", old, "increment", {"by": 1})
+            new = (await raw_initialize(http, f"{base}/mcp", {"session_id": "reused"})).headers["mcp-session-id"]
+            fresh = await call(http, f"{base}/mcp", new, "increment", {"by": 1})
+    assert stale["isError"] is True and "ended" in stale["content"][0]["text"]
+    assert json.loads(fresh["content"][0]["text"]) == {"count": 101}
