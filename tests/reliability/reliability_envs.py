@@ -131,7 +131,7 @@ class Faulty(Environment):
 
 
 class Journaled(Environment):
-    """Appends `teardown <tag>` to the file named by ORS_TEARDOWN_LOG when torn down; `nap` sleeps a little."""
+    """Appends `teardown <tag>` to the file named by ORS_TEARDOWN_LOG when torn down; `nap` sleeps a second."""
 
     name = "journaled"
 
@@ -146,15 +146,18 @@ class Journaled(Environment):
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text="nap, then leave")]
 
+    def _log(self, what: str) -> None:
+        with open(os.environ["ORS_TEARDOWN_LOG"], "a", encoding="utf-8") as log:
+            log.write(f"{what} {self.task_spec.get('tag', '-')}\n")
+
     def teardown(self) -> None:
-        path = os.environ["ORS_TEARDOWN_LOG"]
-        with open(path, "a", encoding="utf-8") as log:
-            log.write(f"teardown {self.task_spec.get('tag', '-')}\n")
+        self._log("teardown")
 
     @tool
     async def nap(self) -> ToolOutput:
-        """Sleep for a second, then answer."""
+        """Sleep for a second, then answer (the end is journaled too)."""
         await anyio.sleep(1.0)
+        self._log("nap-end")
         return ToolOutput(blocks=[TextBlock(text="rested")], reward=1.0)
 
 
