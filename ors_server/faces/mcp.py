@@ -27,6 +27,9 @@ When episodes end
     An MCP-created episode ends when the last MCP transport bound to it closes (an HTTP `DELETE`, or the
     transport going idle for `session_timeout`), or by ORS `/delete`, or by the store's reaper. An episode
     created by another face (ORS `/create`, the control plane) never ends because an MCP transport closed.
+    Reads on the control plane do not keep an MCP-created episode alive past its last transport: Eval
+    Protocol ends every rollout with `reset_session` and then `DELETE`, and the next run of the row
+    initializes again (see above).
 
 Protocol eras
     The 2.x high-level `mcp.Client(url)` defaults to `mode="auto"`, which first tries the sessionless
@@ -439,9 +442,13 @@ class McpFace:
                 if not binding.in_flight and binding.last_seen < horizon:
                     await self.close(transport_id, "reaped")
 
-    async def forward(self, scope: Scope, receive: Receive, send: Send, transport_id: str) -> None:
+    async def forward(
+        self, scope: Scope, receive: Receive, send: Send, transport_id: str, env_cls: type[Environment]
+    ) -> None:
         """A request of an existing transport: track it, refresh its episode, and end it on DELETE."""
         binding = self._bindings.get(transport_id)
+        if binding is not None and binding.env_cls is not env_cls:
+            raise _Refused(404, INVALID_REQUEST, "Session not found")  # a transport belongs to its endpoint
         if binding is not None:
             binding.in_flight += 1
             self._current(binding.session)  # refreshes the episode's idle timer
@@ -541,10 +548,7 @@ class _Endpoint:
             if scope["method"] == "POST" and transport_id is None:
                 await self.face.open(scope, receive, send, env_cls)
             elif transport_id is not None:
-                binding = self.face._bindings.get(transport_id)
-                if binding is not None and binding.env_cls is not env_cls:
-                    raise _Refused(404, INVALID_REQUEST, "Session not found")
-                await self.face.forward(scope, receive, send, transport_id)
+                await self.face.forward(scope, receive, send, transport_id, env_cls)
             else:
                 await self.face.manager.handle_request(scope, receive, send)
         except OrsError as exc:
