@@ -178,3 +178,9 @@ def test_unknown_headers_the_clients_send_are_ignored(client: httpx.Client) -> N
     assert client.post("/tasks", json={"split": "train"}, headers=headers).status_code == 200
     headers["X-API-Key"] = "not-checked-on-loopback"
     assert client.get("/list_environments", headers=headers).status_code == 200
+
+
+def test_version_answers_a_version_string(client: httpx.Client) -> None:
+    response = client.get("/version")
+    assert response.status_code == 200
+    assert isinstance(response.json()["version"], str)

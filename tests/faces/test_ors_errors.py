@@ -223,3 +223,19 @@ def test_no_session_id_costs_a_5xx(fuzz_client: httpx.Client, sid: str, endpoint
     assert response.status_code < 500, (response.status_code, response.text)
     if response.status_code >= 400:
         assert "detail" in response.json()
+
+
+@pytest.mark.parametrize(("method", "path", "body"), SESSION_ENDPOINTS)
+def test_an_empty_session_id_answers_400(client: httpx.Client, method: str, path: str, body: object) -> None:
+    response = client.request(method, path, json=body, headers={**SSE, "X-Session-ID": ""})
+    assert_json_detail(response, 400)
+
+
+def test_create_beyond_max_sessions_answers_503_with_retry_after() -> None:
+    with live_server(max_sessions=2) as live:
+        create(live.client, math_task(0))
+        create(live.client, math_task(0))
+        response = live.client.post("/create", json={"task_spec": math_task(0)}, headers=sid_header("third"))
+        assert_json_detail(response, 503)
+        assert int(response.headers["retry-after"]) >= 1
+        assert live.client.post("/ping", headers=sid_header("third")).status_code == 404
