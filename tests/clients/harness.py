@@ -201,5 +201,6 @@ def assert_math_episodes(result: dict) -> None:
     for episode in episodes:
         assert result[episode]["ping_after_exit"] in (404, 410), f"{episode}: the session outlived the client"
     assert len({result[episode]["sid"] for episode in episodes}) == len(episodes)
-    if result["live_sessions_after"] is not None:  # once the server publishes the count
-        assert result["live_sessions_after"] == 0
+    if result["live_sessions_after"] is not None:  # the server publishes the count at /metrics
+        assert by_task["live_sessions_during"] == 1
+        assert result["live_sessions_after"] == 0, "the client's sessions outlived it"

@@ -42,5 +42,8 @@ def live_sessions(base_url: str) -> int | None:
             text = response.read().decode(errors="replace")
     except (OSError, urllib.error.URLError):
         return None
+    if not re.search(r"^# TYPE ors_live_sessions gauge$", text, re.MULTILINE):
+        return None
+    # One sample per environment with live sessions; none at all when there are none.
     counts = [line.rsplit(" ", 1)[-1] for line in text.splitlines() if re.match(r"ors_live_sessions[{ ]", line)]
-    return int(sum(float(count) for count in counts)) if counts else None
+    return int(sum(float(count) for count in counts))

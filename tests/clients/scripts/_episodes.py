@@ -54,12 +54,14 @@ def run(env: Any, base_url: str, answer_key: str) -> dict:
         tools = session.list_tools()
         correct = _call(session, "submit", {"answer": str(first.task_spec[answer_key])})
         after_finish = _call(session, "submit", {"answer": str(first.task_spec[answer_key])})
+        live_during = live_sessions(base_url)
     result["by_task"] = {
         "sid": sid,
         "prompt": _blocks(prompt),
         "tools": [tool.name for tool in tools],
         "correct": correct,
         "after_finish": after_finish,
+        "live_sessions_during": live_during,
         "ping_after_exit": ping_status(base_url, sid),
     }
 
