@@ -107,3 +107,10 @@ def test_the_same_row_twice_starts_the_same_and_scores_the_same(rollouts, game):
         assert first["total_reward"] == 1.0
     else:
         assert first["initial_observation"] == {"player_sum": 15, "dealer_card": 2, "usable_ace": 0}
+
+
+def test_rollouts_leave_no_live_sessions(rollouts):
+    # EP ends every rollout with reset_session, then DELETE of its MCP transport, which ends the episode.
+    if rollouts["live_sessions_after"] is None:
+        pytest.skip("the server publishes no ors_live_sessions gauge at /metrics")
+    assert rollouts["live_sessions_after"] == 0

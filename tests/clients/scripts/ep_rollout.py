@@ -26,7 +26,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("DISABLE_EP_SQLITE_LOG", "1")
 
 import eval_protocol as ep  # noqa: E402
-from _common import report  # noqa: E402
+from _common import live_sessions, report  # noqa: E402
 from eval_protocol.mcp.execution.base_policy import LLMBasePolicy  # noqa: E402
 from eval_protocol.mcp.execution.manager import ExecutionManager  # noqa: E402
 from eval_protocol.models import EvaluationRow, InputMetadata, Message  # noqa: E402
@@ -182,7 +182,18 @@ async def main() -> None:
             result[name] = await asyncio.wait_for(scenario(url_template, name), timeout=120)
         except Exception:  # report it and go on with the other scenarios
             result[name] = {"error": traceback.format_exc()}
+    result["live_sessions_after"] = await settled_live_sessions(args.base_url)
     report(result)
+
+
+async def settled_live_sessions(base_url: str, within: float = 5.0) -> int | None:
+    """The server's live session count once it reaches 0, or as it stands after `within` seconds."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        count = await asyncio.to_thread(live_sessions, base_url)
+        if not count or asyncio.get_running_loop().time() > deadline:
+            return count
+        await asyncio.sleep(0.1)
 
 
 if __name__ == "__main__":
