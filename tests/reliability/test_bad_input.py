@@ -388,3 +388,35 @@ def test_a_session_addressed_through_another_environments_path_is_refused_on_eve
     client.post("/delete", headers=headers)
     for response in (client.get("/math/prompt", headers=headers), client.post("/ping", headers=headers)):
         assert response.status_code == 410 and "detail" in response.json()
+
+
+DEEP = b"[" * 5000 + b"]" * 5000
+"""JSON nested deeper than Python's recursion limit: `json.loads` raises RecursionError, not a ValueError."""
+
+DEEP_CASES = [
+    Case("deeply nested json on tasks", "ors", post("/math/tasks", content=DEEP), 422),
+    Case("deeply nested json on create", "ors", post("/create", content=DEEP, headers=sid_headers()), 422),
+    Case(
+        "deeply nested tool input",
+        "ors",
+        post("/math/call", content=b'{"name": "submit", "input": {"answer": ' + DEEP + b"}}", headers=sid_headers()),
+        422,
+    ),
+    Case(
+        "deeply nested json on reset", "control", control("/control/reset_session", "bogus", "POST", content=DEEP), 400
+    ),
+    Case("deeply nested json-rpc", "mcp", mcp_post(content=DEEP)),
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="server bug: a RecursionError from json.loads is not treated as malformed JSON (ors.read_body, "
+    "control.reset_session, McpFace.open catch only ValueError), so the answer is a 500",
+)
+@pytest.mark.parametrize("case", DEEP_CASES, ids=lambda c: f"{c.face}: {c.id}")
+def test_deeply_nested_json_gets_a_4xx_in_the_face_shape(base: str, case: Case):
+    # A fresh client: after a 500 the server closes the connection.
+    with httpx.Client(base_url=base, timeout=15) as client:
+        response = case.send(client)
+    assert_face_error(response, case.face)
