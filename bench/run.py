@@ -1,0 +1,476 @@
+"""Reproduce the performance table: `python bench/run.py` (options: --help).
+
+Every server is started as a user would start it (its own CLI, or uvicorn), each run gets a fresh server,
+contenders are interleaved round by round (A B A B ...), and the table shows medians with ranges. The
+reference servers run from their own venvs under `bench/.venvs/`, built on first use.
+
+Workloads:
+  a  ORS call path: 8 sessions calling a never-ending counter tool (ours, reference, bare-Starlette ceiling)
+  b  whole ORS episodes: create_session, create, prompt, call (math submit), delete (ours, reference)
+  c  Eval Protocol rollout steps on FrozenLake: tools/call + /control/reward + /control/status (ours, EP)
+  d  memory: RSS of our server holding 10,000 idle math sessions
+  e  control-plane latency at 256 concurrent rollouts (ours)
+  r  response classes on the bare route: plain Response, StreamingResponse, EventSourceResponse (for PROFILE.md)
+  s  our call path with a sync tool (a worker-thread hop per call) vs an async one (for PROFILE.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import Conn, Op, Result, Setup, run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+VENVS = ROOT / "bench" / ".venvs"
+REFERENCE_VENVS = {"openreward": ["openreward==0.1.167"], "eval-protocol": ["eval-protocol==0.3.33", "gymnasium"]}
+HOST = "127.0.0.1"
+JSON = {"content-type": "application/json"}
+MATH_TASK = {"question": "What is 2+2?", "answer": "4"}
+ACTIONS = ["LEFT", "DOWN", "RIGHT", "UP"]
+LOGS = Path(tempfile.mkdtemp(prefix="ors-bench-"))
+
+
+# Servers.
+
+
+def venv_python(name: str) -> str:
+    """The python of reference venv `name`, built (once) with its pinned packages."""
+    python = VENVS / name / "bin" / "python"
+    if not python.exists():
+        print(f"building bench/.venvs/{name} (first use; about a minute) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(VENVS / name)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *REFERENCE_VENVS[name]], check=True)
+    return str(python)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def server_command(contender: str, port: int, args: argparse.Namespace) -> list[str]:
+    ours = [str(Path(sys.executable).with_name("ors-server")), "serve", "--port", str(port)]
+    ours += ["--log-level", args.log_level]
+    match contender:
+        case "ours":
+            return [*ours, "--env", "math", "--env", "bench.envs:Counter", "--env", "frozen_lake"]
+        case "ours-async":
+            return [*ours, "--env", "bench.envs:AsyncCounter"]
+        case "ours-math":
+            return [*ours, "--env", "math"]
+        case "reference":
+            return [venv_python("openreward"), "bench/reference_envs.py", "--port", str(port)]
+        case "eval-protocol":
+            return [
+                venv_python("eval-protocol"),
+                "-m",
+                "eval_protocol.mcp_servers.frozen_lake.server",
+                "--port",
+                str(port),
+            ]
+        case _:  # the bare-Starlette ceiling, with our server's uvicorn loop and http settings
+            return [sys.executable, "-m", "uvicorn", "bench.ceiling:app", "--port", str(port), "--log-level", "warning"]
+
+
+@contextmanager
+def serve(contender: str, args: argparse.Namespace) -> Iterator[tuple[int, int]]:
+    """Start `contender` on a free port; yields (port, pid) once it accepts connections, then stops it."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENREWARD_DISABLE_UPDATE_CHECK": "1"}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    log = LOGS / f"{contender}-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(server_command(contender, port, args), cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{contender} did not start; see {log}:\n{log.read_text()[-2000:]}")
+            try:
+                socket.create_connection((HOST, port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield port, proc.pid
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# Workloads. Each is a (setup, op) pair for `loadgen.run`; a failed check raises ValueError (an error).
+
+
+def check(status: int, body: bytes, expect: bytes = b"") -> bytes:
+    if status != 200 or expect not in body:
+        raise ValueError(f"{status}: {body[:200]!r}")
+    return body
+
+
+def sse_data(body: bytes, event: str) -> str:
+    """The data of the last `event` in an SSE body."""
+    found = None
+    for block in body.decode().replace("\r\n", "\n").split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)
+        if lines and lines.get("event", "message") == event:
+            found = lines.get("data", "")
+    if found is None:
+        raise ValueError(f"no {event} event in {body[:200]!r}")
+    return found
+
+
+async def ors_session(conn: Conn, env_name: str, task_spec: dict) -> str:
+    headers = {"accept": "text/event-stream", **JSON}
+    sid = sse_data(check(*(await conn.request("POST", "/create_session", b"{}", headers))[::2]), "task_id")
+    body = json.dumps({"env_name": env_name, "task_spec": task_spec}).encode()
+    check(*(await conn.request("POST", "/create", body, {"x-session-id": sid, **JSON}))[::2])
+    return sid
+
+
+TICK = json.dumps({"name": "tick", "input": {}}).encode()
+SUBMIT = json.dumps({"name": "submit", "input": {"answer": "4"}}).encode()
+
+
+async def counter_setup(conn: Conn, i: int) -> str:
+    return await ors_session(conn, "counter", {"start": 0})
+
+
+async def async_counter_setup(conn: Conn, i: int) -> str:
+    return await ors_session(conn, "acounter", {"start": 0})
+
+
+async def no_setup(conn: Conn, i: int) -> None:
+    return None
+
+
+def counter_call(path: str):
+    async def op(conn: Conn, sid: str) -> None:
+        check(*(await conn.request("POST", path, TICK, {"x-session-id": sid, **JSON}))[::2], b"event: end")
+
+    return op
+
+
+async def episode(conn: Conn, state: None) -> None:
+    sid = await ors_session(conn, "math", MATH_TASK)
+    headers = {"x-session-id": sid, **JSON}
+    check(*(await conn.request("GET", "/math/prompt", headers=headers))[::2], b"2+2")
+    check(*(await conn.request("POST", "/math/call", SUBMIT, headers))[::2], b'"reward":1.0')
+    check(*(await conn.request("POST", "/delete", headers=headers))[::2])
+
+
+@dataclass
+class Rollout:
+    mcp: str
+    control: str
+    session_id: str
+    seed: int
+    headers: dict[str, str]
+    rng: random.Random
+    next_id: int = 1
+
+
+def rpc_result(headers: dict[str, str], body: bytes) -> dict:
+    text = sse_data(body, "message") if "event-stream" in headers.get("content-type", "") else body.decode()
+    reply = json.loads(text)
+    if "result" not in reply:
+        raise ValueError(f"JSON-RPC error: {text[:200]}")
+    return reply["result"]
+
+
+def rollout_setup(mcp: str, control: str):
+    async def setup(conn: Conn, i: int) -> Rollout:
+        session_id, seed = uuid.uuid4().hex, 1000 + i
+        info = {"name": "ors-bench", "version": "1.0", "_extra": {"session_id": session_id, "seed": seed}}
+        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info}
+        body = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}).encode()
+        headers = {"accept": "application/json, text/event-stream", **JSON}
+        status, got, reply = await conn.request("POST", mcp, body, headers)
+        version = rpc_result(got, check(status, reply))["protocolVersion"]
+        headers = {**headers, "mcp-session-id": got["mcp-session-id"], "mcp-protocol-version": version}
+        note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+        status, _, _ = await conn.request("POST", mcp, note, headers)
+        if status not in (200, 202):
+            raise ValueError(f"notifications/initialized: {status}")
+        return Rollout(mcp, control, session_id, seed, headers, random.Random(i))
+
+    return setup
+
+
+async def rollout_step(conn: Conn, r: Rollout) -> None:
+    args = {"name": "lake_move", "arguments": {"action": r.rng.choice(ACTIONS)}}
+    body = json.dumps({"jsonrpc": "2.0", "id": r.next_id, "method": "tools/call", "params": args}).encode()
+    r.next_id += 1
+    status, got, reply = await conn.request("POST", r.mcp, body, r.headers, label="tools/call")
+    if rpc_result(got, check(status, reply)).get("isError"):
+        raise ValueError(f"tool error: {reply[:200]!r}")
+    control = {"mcp-session-id": r.session_id}
+    check(*(await conn.request("GET", f"{r.control}/reward", headers=control, label="control"))[::2], b"reward")
+    status, _, reply = await conn.request("GET", f"{r.control}/status", headers=control, label="control")
+    state = json.loads(check(status, reply))
+    if state["terminated"] or state["truncated"]:
+        reset = json.dumps({"seed": r.seed}).encode()
+        reply = await conn.request("POST", f"{r.control}/reset_session", reset, {**control, **JSON}, label="reset")
+        check(*reply[::2])
+
+
+async def create_idle(conn: Conn, count: list[int]) -> None:
+    count[0] += 1
+    body = json.dumps({"env_name": "math", "task_spec": MATH_TASK}).encode()
+    headers = {"x-session-id": f"idle-{uuid.uuid4().hex}", **JSON}
+    check(*(await conn.request("POST", "/create", body, headers))[::2])
+
+
+# Measuring.
+
+
+@dataclass
+class Sample:
+    rate: float
+    p50: float
+    p99: float
+    worst: float = 0.0
+    errors: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def sample(result: Result, label: str = "op") -> Sample:
+    return Sample(result.rate, result.pct(label, 0.5), result.pct(label, 0.99), result.pct(label, 1.0), result.errors)
+
+
+def load(port: int, workers: int, duration: float, setup, op) -> Result:
+    asyncio.run(run(HOST, port, workers, min(1.0, duration), setup, op))  # warm-up, discarded
+    return asyncio.run(run(HOST, port, workers, duration, setup, op))
+
+
+def plan(workload: str, contender: str, args: argparse.Namespace) -> tuple[int, Setup, Op]:
+    """How many workers run which (setup, op) for `contender` in `workload`."""
+    match workload, contender:
+        case "a", "ceiling":
+            return args.workers, no_setup, counter_call("/counter/call")
+        case "a" | "s", "ours" | "reference":
+            return args.workers, counter_setup, counter_call("/counter/call")
+        case "s", "ours-async":
+            return args.workers, async_counter_setup, counter_call("/acounter/call")
+        case "r", _:
+            return args.workers, no_setup, counter_call(RESPONSE_CLASS_PATHS[contender])
+        case "b", _:
+            return args.workers, no_setup, episode
+        case "c", "eval-protocol":
+            return args.workers, rollout_setup("/mcp", "/control"), rollout_step
+        case "c" | "e", "ours":
+            workers = args.workers if workload == "c" else args.rollouts
+            return workers, rollout_setup("/frozen_lake/mcp/", "/frozen_lake/control"), rollout_step
+    raise ValueError(f"no plan for {contender} in {workload}")
+
+
+def measure_once(workload: str, contender: str, args: argparse.Namespace) -> Sample:
+    server = "ours-math" if workload == "d" else "ceiling" if workload == "r" else contender
+    with serve(server, args) as (port, pid), profiled(server, pid, workload, args):
+        if workload == "d":
+            return memory(port, pid, args)
+        workers, setup, op = plan(workload, contender, args)
+        result = load(port, workers, args.duration, setup, op)
+    return control_sample(result) if workload == "e" else sample(result)
+
+
+def control_sample(result: Result) -> Sample:
+    """Latency of every control-plane request (reward, status, reset_session), with each kind in `extra`."""
+    result.latencies["all"] = result.latencies["control"] + result.latencies.get("reset", [])
+    s = Sample(result.rate, result.pct("all", 0.5), result.pct("all", 0.99), result.pct("all", 1.0), result.errors)
+    for label in ("control", "reset", "tools/call"):
+        s.extra |= {f"{label} p99": result.pct(label, 0.99), f"{label} max": result.pct(label, 1.0)}
+    return s
+
+
+@contextmanager
+def profiled(server: str, pid: int, workload: str, args: argparse.Namespace) -> Iterator[None]:
+    """With --py-spy, sample our server's stacks while `workload` runs; prints its hottest frames after."""
+    if not (args.py_spy and server.startswith("ours")):
+        yield
+        return
+    out = LOGS / f"{workload}-{pid}.txt"
+    spy = VENVS / "tools" / "bin" / "py-spy"
+    if not spy.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENVS / "tools")], check=True)
+        subprocess.run([str(VENVS / "tools" / "bin" / "pip"), "install", "-q", "py-spy"], check=True)
+    cmd = [str(spy), "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--gil", "--output", str(out)]
+    proc = subprocess.Popen([*cmd, "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        print(top_frames(out), flush=True)
+
+
+def top_frames(path: Path, n: int = 25) -> str:
+    """The frames holding the most samples, inclusive (own time plus callees) and exclusive, from py-spy raw."""
+    inclusive: dict[str, int] = {}
+    exclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split("/")[-1] for f in stack.split(";")[1:]]
+        total += int(count)
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + int(count)
+        if frames:
+            exclusive[frames[-1]] = exclusive.get(frames[-1], 0) + int(count)
+    lines = [f"  py-spy {path} ({total} samples)"]
+    for title, table in (("inclusive", inclusive), ("exclusive", exclusive)):
+        lines.append(f"  top {title}:")
+        for frame, count in sorted(table.items(), key=lambda kv: -kv[1])[:n]:
+            lines.append(f"    {100 * count / total:5.1f}%  {frame}")
+    return "\n".join(lines)
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError("no VmRSS")
+
+
+def memory(port: int, pid: int, args: argparse.Namespace) -> Sample:
+    time.sleep(1)
+    before = rss(pid)
+    count = [0]
+
+    async def create_all() -> Result:
+        conns = [Conn(HOST, port) for _ in range(args.workers)]
+
+        async def worker(conn: Conn) -> None:
+            while count[0] < args.sessions:
+                await create_idle(conn, count)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(conn) for conn in conns))
+        return Result(count[0], time.perf_counter() - began)
+
+    created = asyncio.run(create_all())
+    time.sleep(args.settle)
+    grown = rss(pid) - before
+    extra = {"rss_start_mb": before / 2**20, "grown_mb": grown / 2**20, "bytes_per_session": grown / created.ops}
+    return Sample(created.rate, float("nan"), float("nan"), extra=extra)
+
+
+RESPONSE_CLASS_PATHS = {"plain": "/counter/call", "streaming": "/stream/call", "sse-starlette": "/sse/call"}
+CONTENDERS = {
+    "a": ["ours", "reference", "ceiling"],
+    "b": ["ours", "reference"],
+    "c": ["ours", "eval-protocol"],
+    "d": ["ours"],
+    "e": ["ours"],
+    "r": ["plain", "streaming", "sse-starlette"],
+    "s": ["ours", "ours-async"],
+}
+TITLES = {
+    "a": "ORS call path, 8 sessions (calls/s)",
+    "b": "whole ORS episodes, 8 clients (episodes/s)",
+    "c": "EP rollout steps on FrozenLake, 8 rollouts (steps/s)",
+    "d": "memory, 10,000 idle math sessions (creates/s)",
+    "e": "control-plane latency, 256 rollouts (steps/s; latency of control requests)",
+    "r": "response classes on the bare route (calls/s)",
+    "s": "our call path, sync tool vs async tool (calls/s)",
+}
+RATIOS = {"a": [("ours", "ceiling", 0.8), ("ours", "reference", None)], "b": [("ours", "reference", 2.0)]}
+RATIOS["c"] = [("ours", "eval-protocol", 3.0)]
+RATIOS["r"] = [("sse-starlette", "plain", None), ("streaming", "plain", None)]
+RATIOS["s"] = [("ours-async", "ours", None)]
+
+
+def spread(values: list[float], fmt: str = "{:.0f}") -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="abcde", help="letters of the workloads to run (default: abcde)")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--rollouts", type=int, default=256, help="concurrent rollouts in workload e")
+    parser.add_argument("--sessions", type=int, default=10_000, help="idle sessions in workload d")
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds to wait before reading RSS in d")
+    parser.add_argument("--log-level", default="warning", help="our server's --log-level")
+    parser.add_argument("--py-spy", action="store_true", help="profile our server during each run (top frames)")
+    args = parser.parse_args()
+
+    samples: dict[str, dict[str, list[Sample]]] = {w: {c: [] for c in CONTENDERS[w]} for w in args.workloads}
+    for workload in args.workloads:
+        print(f"\n## ({workload}) {TITLES[workload]}", flush=True)
+        for round_ in range(args.rounds):
+            for contender in CONTENDERS[workload]:
+                s = measure_once(workload, contender, args)
+                samples[workload][contender].append(s)
+                extra = " ".join(f"{k}={v:.1f}" for k, v in s.extra.items())
+                print(
+                    f"  round {round_ + 1} {contender:14} {s.rate:8.1f}/s  p50 {s.p50:6.2f} ms  p99 {s.p99:6.2f} ms"
+                    f"  max {s.worst:7.2f} ms  errors {s.errors}  {extra}",
+                    flush=True,
+                )
+    print("\n" + table(samples, args))
+
+
+def table(samples: dict[str, dict[str, list[Sample]]], args: argparse.Namespace) -> str:
+    rows = [
+        f"Medians of {args.rounds} interleaved {args.duration:g} s runs (range in brackets), {args.workers} workers.",
+        "",
+        "| workload | server | rate /s | p50 ms | p99 ms | same-run ratio | goal |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for workload, by in samples.items():
+        for contender, got in by.items():
+            ratios, goals = [], []
+            for num, den, goal in RATIOS.get(workload, []):
+                if num == contender and by.get(den):
+                    per_round = [s.rate / d.rate for s, d in zip(got, by[den], strict=True)]
+                    ratios.append(f"{spread(per_round, '{:.2f}')}x vs {den}")
+                    if goal is not None:
+                        goals.append(f"≥ {goal:g}x: {'met' if statistics.median(per_round) >= goal else 'MISSED'}")
+            ratio, goal_text = "; ".join(ratios), "; ".join(goals)
+            if workload == "d":
+                mb = [s.extra["grown_mb"] for s in got]
+                per = [s.extra["bytes_per_session"] for s in got]
+                ratio = f"{spread(mb, '{:.0f}')} MB grown, {spread(per, '{:.0f}')} B/session"
+                goal_text = f"< 300 MB: {'met' if max(mb) < 300 else 'MISSED'}"
+            if workload == "e":
+                worst = [s.worst for s in got]
+                split = [spread([s.extra[f"{k} max"] for s in got]) for k in ("control", "reset", "tools/call")]
+                ratio = (
+                    f"max ms: all {spread(worst)}; reward+status {split[0]}; reset {split[1]}; tools/call {split[2]}"
+                )
+                goal_text = f"none > 1 s: {'met' if max(worst) < 1000 else 'MISSED'}"
+            rate, p50 = spread([s.rate for s in got]), spread([s.p50 for s in got], "{:.2f}")
+            p99 = spread([s.p99 for s in got], "{:.2f}")
+            if workload == "d":
+                p50 = p99 = "–"
+            rows.append(
+                f"| {workload}: {TITLES[workload]} | {contender} | {rate} | {p50} | {p99} | {ratio} | {goal_text} |"
+            )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    main()
