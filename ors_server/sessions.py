@@ -116,7 +116,10 @@ class Session:
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     calls: dict[str, ToolCall] = field(default_factory=dict)
-    setup_scope: anyio.CancelScope | None = None
+    built: bool = False
+    """Construction and setup have ended (either way); until then the setup task owns the environment."""
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    """Set once the session has been discarded and its environment torn down."""
 
     @property
     def env_name(self) -> str:
@@ -212,9 +215,14 @@ class SessionStore:
             for call in [c for s in self._sessions.values() for c in s.calls.values()]:
                 await call.done.wait()
         # Tear down every session, concurrently, each exactly once.
+        sessions = list(self._sessions.values())
         async with anyio.create_task_group() as task_group:
-            for session_id in list(self._sessions):
-                task_group.start_soon(self.discard, session_id, "shutdown")
+            for session in sessions:
+                task_group.start_soon(self.discard, session.id, "shutdown")
+        # Sessions still setting up are torn down when their setup ends; wait for that, boundedly.
+        with anyio.move_on_after(self.settings.teardown_timeout):
+            for session in sessions:
+                await session.ended.wait()
 
     @property
     def closing(self) -> bool:
@@ -288,16 +296,21 @@ class SessionStore:
         self._task_group.start_soon(function, *args)
 
     async def _start(self, session: Session) -> None:
-        with anyio.CancelScope() as scope:
-            session.setup_scope = scope
+        try:
             await self._build(session)
-        session.setup_scope = None
+        finally:
+            # Discarded while setting up: discard() left the teardown to us, so it runs after setup ends.
+            if session.state is State.DELETED:
+                with anyio.CancelScope(shield=True):
+                    await self._teardown(session)
+                session.ended.set()
 
     async def _build(self, session: Session) -> None:
         """Construct the environment and run its setup; records the outcome on the session."""
         try:
             session.env = await anyio.to_thread.run_sync(
-                functools.partial(session.env_cls, task_spec=session.task_spec, secrets=session.secrets)
+                functools.partial(session.env_cls, task_spec=session.task_spec, secrets=session.secrets),
+                abandon_on_cancel=True,
             )
             await run_user_code(session.env.setup)
         except Exception as exc:
@@ -309,6 +322,7 @@ class SessionStore:
             if session.state is State.SETTING_UP:
                 session.state = State.READY
         finally:
+            session.built = True
             session.ready.set()
 
     # Ending sessions.
@@ -317,7 +331,8 @@ class SessionStore:
         """End a session: forget it first (so its id answers 404/410 at once), then tear it down.
 
         Returns False if there was no such session. `how` is 'deleted' (remembered as a tombstone: 410),
-        'reaped' or 'shutdown'. Teardown completes even if the caller is cancelled.
+        'reaped' or 'shutdown'. Teardown completes even if the caller is cancelled. A session still setting up
+        is torn down by its setup task once setup ends, so an environment is never left half-built.
         """
         session = self._sessions.pop(session_id, None)
         if session is None:
@@ -326,25 +341,28 @@ class SessionStore:
             self._remember_deleted(session_id)
         session.state = State.DELETED
         self.counts[how] += 1
-        with anyio.CancelScope(shield=True):
-            if session.setup_scope is not None:
-                session.setup_scope.cancel()
-            # Give a running call a moment to finish; a hung one must not hold the delete, and teardown
-            # is what stops it (a sandbox kills its processes).
-            with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
-                async with session.lock:
-                    pass
-            await self._teardown(session)
+        session.ready.set()  # wake requests waiting for setup: they now see the session is gone
+        if session.built:
+            with anyio.CancelScope(shield=True):
+                # Give a running call a moment to finish; a hung one must not hold the delete, and teardown
+                # is what stops it (a sandbox kills its processes).
+                with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
+                    async with session.lock:
+                        pass
+                await self._teardown(session)
+            session.ended.set()
         for listener in self.on_end:
             listener(session, how)
         return True
 
     async def _teardown(self, session: Session) -> None:
-        if session.env is None:
+        """Tear down the session's current environment, if it has one; each environment exactly once."""
+        env, session.env = session.env, None
+        if env is None:
             return
         try:
             with anyio.fail_after(self.settings.teardown_timeout):
-                await run_user_code(session.env.teardown)
+                await run_user_code(env.teardown)
         except Exception as exc:
             logger.error("teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id})
 
@@ -429,11 +447,13 @@ class SessionStore:
             try:
                 args = (tool.input_model.model_validate(arguments if arguments is not None else {}),)
             except ValidationError as exc:
-                errors = exc.errors(include_url=False, include_context=False)
-                return ToolRejected("input_validation", f"Tool input validation error: {errors}")
+                # Without the input: it may hold what the agent typed, secrets included.
+                errors = exc.errors(include_url=False, include_context=False, include_input=False)
+                return ToolRejected("input_validation", session.redact(f"Tool input validation error: {errors}"))
         elif arguments:
             return ToolRejected("input_validation", f"Tool input validation error: '{name}' takes no arguments")
-        assert session.env is not None
+        if session.env is None:
+            return ToolRejected("session_ended", f"'{name}' was not run: the session has no live environment.")
         timeout = self.settings.tool_timeout
         try:
             with anyio.fail_after(timeout):
@@ -472,6 +492,8 @@ class SessionStore:
         """Rebuild the session's episode: teardown, a new environment (from `seed` if the session was seeded),
         setup, and cleared counters. Waits for a running call first."""
         async with session.lock:
+            if session.state is State.DELETED:
+                return
             await self._teardown(session)
             if session.config is not None:
                 session.seed = seed
@@ -485,5 +507,8 @@ class SessionStore:
             session.truncated = False
             session.info = {}
             session.calls.clear()
+            session.built = False
             await self._build(session)
+            if session.state is State.DELETED:  # discarded while rebuilding: the new environment is ours to end
+                await self._teardown(session)
         session.touch()

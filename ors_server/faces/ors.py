@@ -122,7 +122,8 @@ async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool 
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_context=False)
+        # Without the offending input: a /create body carries secrets.
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
         raise BodyInvalid([{**e, "loc": ["body", *e["loc"]]} for e in errors]) from None
 
 

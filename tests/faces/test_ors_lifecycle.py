@@ -97,6 +97,8 @@ def test_delete_session_alone_on_a_live_session_ends_it_at_most_once(live: Live)
     sid = create(live.client, math_task(0, tag))
     assert live.client.post("/delete_session", headers=sid_header(sid)).json() == {"sid": sid}
     live.client.post("/delete", headers=sid_header(sid))
+    # A session deleted before its setup ended is torn down by the setup task, just after.
+    wait_until(lambda: count(tag, "teardown") == 1, what="teardown")
     assert count(tag, "teardown") == 1
 
 
