@@ -15,7 +15,7 @@ import logging
 import re
 import time
 import uuid
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -43,6 +43,8 @@ from ors_server.types import ToolOutput
 logger = logging.getLogger("ors_server.sessions")
 
 TEARDOWN_LOCK_WAIT = 2.0
+LIFECYCLE_THREADS = 16
+"""Worker threads for setup, reset and teardown, apart from the ones tool calls queue for."""
 SESSION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
@@ -116,6 +118,8 @@ class Session:
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     calls: dict[str, ToolCall] = field(default_factory=dict)
+    ended_calls: deque[tuple[float, str]] = field(default_factory=deque)
+    """(end time, id) of finished calls, oldest first: what replay-by-id forgets after the linger."""
     built: bool = False
     """Construction and setup have ended (either way); until then the setup task owns the environment."""
     ended: anyio.Event = field(default_factory=anyio.Event)
@@ -140,11 +144,12 @@ class Session:
         return text
 
 
-async def run_user_code(function: Callable[..., Any], *args: Any) -> Any:
+async def run_user_code(function: Callable[..., Any], *args: Any, limiter: anyio.CapacityLimiter | None = None) -> Any:
     """Await async user code; run sync user code in a worker thread so it never blocks the event loop."""
     if inspect.iscoroutinefunction(function):
         return await function(*args)
-    result = await anyio.to_thread.run_sync(functools.partial(function, *args), abandon_on_cancel=True)
+    call = functools.partial(function, *args)
+    result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=limiter)
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -152,6 +157,15 @@ async def run_user_code(function: Callable[..., Any], *args: Any) -> Any:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _build_sync(session: Session, reseed: bool) -> None:
+    if reseed:
+        assert session.config is not None
+        session.task_spec = session.env_cls.task_from_seed(session.seed, session.config)
+    session.env = session.env_cls(task_spec=session.task_spec, secrets=session.secrets)
+    if not inspect.iscoroutinefunction(session.env.setup):
+        session.env.setup()
 
 
 def _outcome(result: CallResult) -> str:
@@ -168,6 +182,7 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._tombstones: OrderedDict[str, float] = OrderedDict()
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._lifecycle_limiter = anyio.CapacityLimiter(LIFECYCLE_THREADS)
         self._closing_since: float | None = None
         self.counts: Counter[str] = Counter()
         """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
@@ -305,14 +320,19 @@ class SessionStore:
                     await self._teardown(session)
                 session.ended.set()
 
-    async def _build(self, session: Session) -> None:
-        """Construct the environment and run its setup; records the outcome on the session."""
+    async def _build(self, session: Session, reseed: bool = False) -> None:
+        """Construct the environment and run its setup; records the outcome on the session.
+
+        The synchronous parts take one worker-thread hop, on a limiter of their own, so building an episode
+        never queues behind other sessions' tool calls.
+        """
         try:
-            session.env = await anyio.to_thread.run_sync(
-                functools.partial(session.env_cls, task_spec=session.task_spec, secrets=session.secrets),
-                abandon_on_cancel=True,
+            await anyio.to_thread.run_sync(
+                _build_sync, session, reseed, abandon_on_cancel=True, limiter=self._lifecycle_limiter
             )
-            await run_user_code(session.env.setup)
+            assert session.env is not None
+            if inspect.iscoroutinefunction(session.env.setup):
+                await session.env.setup()
         except Exception as exc:
             session.state = State.SETUP_FAILED
             session.setup_error = session.redact(_describe(exc))
@@ -362,7 +382,7 @@ class SessionStore:
             return
         try:
             with anyio.fail_after(self.settings.teardown_timeout):
-                await run_user_code(env.teardown)
+                await run_user_code(env.teardown, limiter=self._lifecycle_limiter)
         except Exception as exc:
             logger.error("teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id})
 
@@ -409,8 +429,9 @@ class SessionStore:
 
     def _prune_calls(self, session: Session) -> None:
         horizon = time.monotonic() - self.settings.call_linger
-        for call_id in [c.id for c in session.calls.values() if c.ended_at is not None and c.ended_at < horizon]:
-            del session.calls[call_id]
+        ended = session.ended_calls
+        while ended and ended[0][0] < horizon:
+            session.calls.pop(ended.popleft()[1], None)
 
     async def _run_call(self, session: Session, call: ToolCall, arguments: Any) -> None:
         result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
@@ -424,6 +445,7 @@ class SessionStore:
             session.touch()
             call.result = result
             call.ended_at = time.monotonic()
+            session.ended_calls.append((call.ended_at, call.id))
             call.done.set()
         outcome = _outcome(result)
         self.counts["calls_" + outcome] += 1
@@ -507,8 +529,9 @@ class SessionStore:
             session.truncated = False
             session.info = {}
             session.calls.clear()
+            session.ended_calls.clear()
             session.built = False
-            await self._build(session)
+            await self._build(session, reseed=session.config is not None)
             if session.state is State.DELETED:  # discarded while rebuilding: the new environment is ours to end
                 await self._teardown(session)
         session.touch()

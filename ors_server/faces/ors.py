@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 from sse_starlette import ServerSentEvent
 from starlette.exceptions import HTTPException
@@ -37,6 +38,8 @@ from ors_server.registry import Registry
 from ors_server.sessions import CallResult, Session, SessionStore, ToolCall, ToolCrashed, ToolRejected, run_user_code
 from ors_server.types import Blocks, Split, ToolOutput
 
+FAST_ANSWER_WAIT = 0.5
+"""Seconds a call may take and still be answered in one response rather than streamed."""
 ORS_REASONS = {"not_found", "name_collision", "input_validation", "episode_finished"}
 _blocks = TypeAdapter(Blocks)
 
@@ -320,22 +323,28 @@ async def call(request: Request) -> Response:
     if body.task_id is not None:
         running = store.find_call(session, body.task_id)
         if running is None:
-            return sse.stream(_only(sse.event("error", "unknown task_id")), store.settings.sse_keepalive)
+            return sse.complete([sse.event("error", "unknown task_id")])
     else:
         running = store.start_call(session, body.name, body.input)
-    return sse.stream(_call_events(session, running), store.settings.sse_keepalive)
+    keepalive = store.settings.sse_keepalive
+    # Most calls end within milliseconds: answer those in one response, and stream only the slow ones.
+    with anyio.move_on_after(min(FAST_ANSWER_WAIT, keepalive)):
+        await running.done.wait()
+    if running.result is not None:
+        session.touch()
+        return sse.complete([sse.event("task_id", running.id), *render_result(running.result)])
+    return sse.stream(_stream_call(session, running, keepalive))
 
 
-async def _only(event: ServerSentEvent) -> AsyncIterator[ServerSentEvent]:
-    yield event
-
-
-async def _call_events(session: Session, running: ToolCall) -> AsyncIterator[ServerSentEvent]:
-    yield sse.event("task_id", running.id)
-    result = await running.wait()
+async def _stream_call(session: Session, running: ToolCall, keepalive: float) -> AsyncIterator[bytes]:
+    yield sse.event("task_id", running.id).encode()
+    while running.result is None:
+        with anyio.move_on_after(keepalive):
+            await running.done.wait()
+        if running.result is None:
+            yield sse.keepalive()
     session.touch()
-    for event in render_result(result):
-        yield event
+    yield b"".join(event.encode() for event in render_result(running.result))
 
 
 def render_result(result: CallResult) -> list[ServerSentEvent]:
