@@ -13,9 +13,11 @@ With probability `--disconnect` a call is abandoned: the client closes its socke
 request (an SSE `/call`, or a `tools/call`), then goes on with its episode logic and still deletes its session.
 
 It reports requests, errors (5xx, hangs past `--timeout`, connection failures, unexpected shapes), leaked
-sessions (`ors_live_sessions` in `/metrics` once every client has deleted its own), and the server process's
-resident memory, open file descriptors and threads at the start, the peak, and the end. Exit status 1 when
-there were errors or leaks. The client is raw asyncio HTTP/1.1, so it stays lean next to the server.
+sessions (`ors_live_sessions` in `/metrics` once every client has deleted its own), the server process's
+resident memory, open file descriptors and threads at the start, the peak, and the end, and how many
+exceptions escaped to uvicorn ("Exception in ASGI application" in the server's output; these hit vanished
+clients, which is why they are reported apart from errors). Exit status 1 when there were errors or leaks.
+The client is raw asyncio HTTP/1.1, so it stays lean next to the server.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -406,13 +409,19 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(args.seed)
     port = args.port or free_port()
     stats = Stats()
-    with open(args.server_log or os.devnull, "wb") as log:
+    log_path = args.server_log or Path(tempfile.mkstemp(prefix="soak-server-", suffix=".log")[1])
+    with open(log_path, "wb") as log:
         process = start_server(args, port, log)
         try:
             report = asyncio.run(soak(args, process, port, stats))
         finally:
             stop_server(process, stats)
+    server_output = log_path.read_text(errors="replace")
+    if not args.server_log:
+        log_path.unlink()
     report["server_exit_status"] = process.returncode
+    # Exceptions that escaped to uvicorn: each would have been a 500 had its client still been listening.
+    report["server_unhandled_exceptions"] = server_output.count("Exception in ASGI application")
     report["errors"] = sum(stats.errors.values())
     report["errors_by_kind"] = dict(stats.errors)
     report["error_examples"] = stats.examples
