@@ -33,14 +33,15 @@ def create_app(environments: Sequence[type[Environment]], settings: Settings | N
         async with store.run(), mcp.run():
             yield
 
-    # Root routes first, then the faces that own fixed prefixes, then `/{env}/...` and the bare paths.
+    # Starlette tries routes in order and no two patterns here overlap, so the hot paths go first:
+    # tool calls, then MCP and the control plane, then discovery and the rest.
     routes = [
+        *ors.env_routes(),
+        *mcp.routes(),
+        *control.routes(),
         *ors.root_routes(),
         Route("/metrics", metrics.endpoint),
         Route("/openapi.json", openapi),
-        *control.routes(),
-        *mcp.routes(),
-        *ors.env_routes(),
     ]
     middleware = [
         Middleware(Observe, metrics=metrics),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -70,13 +71,20 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self._call_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self.request_seconds_by_face = {face: self.request_seconds.labels(face) for face in ("ors", "mcp", "control")}
         store.on_call.append(self._on_call)
 
     def _on_call(self, session: Session, tool: str, outcome: str, seconds: float) -> None:
         # Unknown tool names come from clients: keep them out of the label space.
         label = tool if tool in session.env_cls.tools else "<unknown>"
-        self.tool_calls.labels(session.env_name, label, outcome).inc()
-        self.tool_seconds.labels(session.env_name).observe(seconds)
+        key = (session.env_name, label, outcome)
+        children = self._call_children.get(key)
+        if children is None:  # labels() takes a lock and builds a key each time: look each series up once
+            children = (self.tool_calls.labels(*key), self.tool_seconds.labels(session.env_name))
+            self._call_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
@@ -106,7 +114,7 @@ class Observe:
         finally:
             seconds = time.perf_counter() - started
             face = face_of(scope["path"])
-            self.metrics.request_seconds.labels(face).observe(seconds)
+            self.metrics.request_seconds_by_face[face].observe(seconds)
             if access_log.isEnabledFor(logging.INFO):
                 access_log.info(_access_line(scope, status, seconds, face))
 

@@ -478,10 +478,13 @@ class SessionStore:
             return ToolRejected("session_ended", f"'{name}' was not run: the session has no live environment.")
         timeout = self.settings.tool_timeout
         try:
-            with anyio.fail_after(timeout):
+            if timeout is None:
                 output = await run_user_code(tool.function, session.env, *args)
-        except TimeoutError:
-            return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
+            else:
+                with anyio.move_on_after(timeout) as scope:
+                    output = await run_user_code(tool.function, session.env, *args)
+                if scope.cancelled_caught:
+                    return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
         except Exception as exc:
             return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
         if not isinstance(output, ToolOutput):

@@ -189,7 +189,7 @@ async def reset_session(request: Request) -> Response:
     raw = await request.body()
     try:
         body = json.loads(raw) if raw.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         raise BadRequest('body must be JSON: {"seed": <int or null>}') from None
     if not isinstance(body, dict):
         raise BadRequest('body must be a JSON object: {"seed": <int or null>}')

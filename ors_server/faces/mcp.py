@@ -306,7 +306,7 @@ class McpFace:
         body = await _read_body(receive, self.settings.max_body_bytes)
         try:
             message = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
             message = None  # the transport answers the parse error
         if not (isinstance(message, dict) and message.get("method") == "initialize"):
             await self.manager.handle_request(scope, _replay(body, receive), send)
@@ -462,6 +462,10 @@ class McpFace:
 
         try:
             await self.manager.handle_request(scope, receive, watch)
+        except anyio.ClosedResourceError:
+            # The transport was closed (a DELETE) while this request was in flight.
+            if status == 0:
+                await _send_error(send, _Refused(404, INVALID_REQUEST, "Session not found"))
         finally:
             if binding is not None:
                 binding.in_flight -= 1

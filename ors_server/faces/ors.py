@@ -120,7 +120,7 @@ async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool 
         raw = bytearray(b"{}")
     try:
         data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
         raise BodyInvalid([{"type": "json_invalid", "loc": ["body"], "msg": f"JSON decode error: {exc}"}]) from None
     try:
         return model.model_validate(data)
@@ -418,6 +418,7 @@ ENDPOINTS = [
     Endpoint("/ping", ping, "POST", "Keep the session alive", session=True),
     Endpoint("/delete", delete, "POST", "End the episode and tear it down", session=True),
     Endpoint("/delete_session", delete_session, "POST", "Release the session id", session=True),
+    Endpoint("/call", call, "POST", "Call a tool; the result streams as SSE", CallBody, session=True, per_env=True),
     Endpoint("/tools", tools, "GET", "The environment's tools", per_env=True),
     Endpoint("/splits", splits, "GET", "The environment's splits", per_env=True),
     Endpoint("/tasks", tasks, "POST", "Every task of a split", SplitBody, per_env=True),
@@ -426,7 +427,6 @@ ENDPOINTS = [
     Endpoint("/task_range", task_range, "POST", "A slice of a split's tasks", TaskRangeBody, per_env=True),
     Endpoint("/prompt", prompt, "GET", "The episode's opening blocks", session=True, per_env=True),
     Endpoint("/task_tools", task_tools, "GET", "The tools of this session's task", session=True, per_env=True),
-    Endpoint("/call", call, "POST", "Call a tool; the result streams as SSE", CallBody, session=True, per_env=True),
 ]
 
 
@@ -437,6 +437,6 @@ def root_routes() -> list[BaseRoute]:
 def env_routes() -> list[BaseRoute]:
     """`/{env}/...` for every environment, and the same paths bare."""
     per_env = [e for e in ENDPOINTS if e.per_env]
-    bare = [Route(e.path, e.handler, methods=[e.method]) for e in per_env]
     prefixed = [Route("/{env}" + e.path, e.handler, methods=[e.method]) for e in per_env]
-    return bare + prefixed
+    bare = [Route(e.path, e.handler, methods=[e.method]) for e in per_env]
+    return prefixed + bare

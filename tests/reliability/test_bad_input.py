@@ -409,11 +409,6 @@ DEEP_CASES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server bug: a RecursionError from json.loads is not treated as malformed JSON (ors.read_body, "
-    "control.reset_session, McpFace.open catch only ValueError), so the answer is a 500",
-)
 @pytest.mark.parametrize("case", DEEP_CASES, ids=lambda c: f"{c.face}: {c.id}")
 def test_deeply_nested_json_gets_a_4xx_in_the_face_shape(base: str, case: Case):
     # A fresh client: after a 500 the server closes the connection.
