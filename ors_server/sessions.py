@@ -109,7 +109,7 @@ class Session:
     state: State = State.SETTING_UP
     setup_error: str | None = None
     ready: anyio.Event = field(default_factory=anyio.Event)
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))  # no checkpoint when free
     last_active: float = field(default_factory=time.monotonic)
     running_calls: int = 0
     step_count: int = 0

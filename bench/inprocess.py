@@ -1,0 +1,94 @@
+"""Where the call path's time goes, without HTTP: µs per `/call` driven straight through the ASGI app.
+
+    python bench/inprocess.py [--profile]
+
+Compares the bare ceiling route (bench/ceiling.py) with our app serving a sync and an async counter tool, in
+one process, so the figures are our server's own cost per call (no sockets, no load client on the other core).
+With --profile it prints cProfile's top frames for the sync tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import logging
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.ceiling import app as ceiling_app  # noqa: E402
+from bench.envs import AsyncCounter, Counter  # noqa: E402
+from ors_server.app import create_app  # noqa: E402
+from ors_server.settings import Settings  # noqa: E402
+
+BODY = json.dumps({"name": "tick", "input": {}}).encode()
+
+
+async def request(app, path: str, body: bytes, headers: dict[str, str]) -> None:
+    raw = [(k.encode(), v.encode()) for k, v in headers.items()] + [(b"content-length", str(len(body)).encode())]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "headers": raw, "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {},
+    }  # fmt: skip
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive():
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        pass
+
+    await app(scope, receive, send)
+
+
+async def per_call(app, path: str, n: int, headers: dict[str, str]) -> float:
+    for _ in range(200):  # warm up
+        await request(app, path, BODY, headers)
+    started = time.perf_counter()
+    for _ in range(n):
+        await request(app, path, BODY, headers)
+    return (time.perf_counter() - started) / n * 1e6
+
+
+async def ours(env, n: int, profile: bool) -> float:
+    app = create_app([env], Settings())
+    headers = {"x-session-id": "bench", "content-type": "application/json"}
+    async with app.router.lifespan_context(app):
+        await request(app, "/create", json.dumps({"task_spec": {"start": 0}}).encode(), headers)
+        micros = await per_call(app, f"/{env.name}/call", n, headers)
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await per_call(app, f"/{env.name}/call", n, headers)
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    return micros
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    logging.getLogger("ors_server").setLevel(logging.WARNING)
+    figures: dict[str, list[float]] = {"ceiling": [], "ours, async tool": [], "ours, sync tool": []}
+    for _ in range(args.rounds):  # interleaved
+        figures["ceiling"].append(await per_call(ceiling_app, "/counter/call", args.n, {}))
+        figures["ours, async tool"].append(await ours(AsyncCounter, args.n, False))
+        figures["ours, sync tool"].append(await ours(Counter, args.n, False))
+    for name, values in figures.items():
+        values.sort()
+        print(f"{name:18} {values[len(values) // 2]:7.0f} µs/call  (range {values[0]:.0f}-{values[-1]:.0f})")
+    if args.profile:
+        await ours(Counter, args.n, True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
