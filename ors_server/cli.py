@@ -52,9 +52,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="serve this environment (a built-in name or module:Class); repeat for more; default: all built-ins",
     )
-    serve.add_argument("--session-timeout", type=float, default=900.0, metavar="S", help="idle seconds before reaping")
-    serve.add_argument("--max-sessions", type=int, default=10_000, metavar="N")
+    serve.add_argument(
+        "--session-timeout",
+        type=float,
+        default=Settings.session_timeout,
+        metavar="S",
+        help="idle seconds before reaping",
+    )
+    serve.add_argument("--max-sessions", type=int, default=Settings.max_sessions, metavar="N")
     serve.add_argument("--tool-timeout", type=float, default=None, metavar="S", help="seconds a tool call may run")
+    serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes, metavar="N")
+    serve.add_argument(
+        "--max-output-chars", type=int, default=Settings.max_output_chars, metavar="N", help="largest tool result"
+    )
     serve.add_argument("--api-key", default=None, help="require this key (default: $ORS_API_KEY; none: open)")
     serve.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -84,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             session_timeout=args.session_timeout,
             max_sessions=args.max_sessions,
             tool_timeout=args.tool_timeout,
+            max_body_bytes=args.max_body_bytes,
+            max_output_chars=args.max_output_chars,
             api_key=args.api_key,
             allowed_hosts=tuple(args.allowed_host),
             log_level=args.log_level,

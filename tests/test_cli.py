@@ -1,0 +1,41 @@
+"""`ors-server envs` and the argument handling of `ors-server serve`."""
+
+import pytest
+
+from ors_server.cli import main, resolve_environments
+
+
+def test_envs_lists_every_builtin_environment_with_its_tools_and_splits(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["envs"])
+    out = capsys.readouterr().out
+    for name, tool in [
+        ("math", "submit"),
+        ("frozen_lake", "lake_move"),
+        ("cliff_walking", "cliff_move"),
+        ("blackjack", "blackjack_move"),
+        ("shell", "bash"),
+    ]:
+        assert f"{name}  (splits: train, test" in out
+        assert f"    {tool}: " in out
+
+
+def test_environments_resolve_by_name_case_insensitively_and_by_import_path() -> None:
+    from environments.math import Math
+
+    assert resolve_environments(["MATH", "environments.math:Math"]) == [Math, Math]
+    assert [env.name for env in resolve_environments([])][0] == "math"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["envs", "--env", "nosuch"], "unknown environment 'nosuch'"),
+        (["envs", "--env", "ors_server.types:TextBlock"], "is not an Environment subclass"),
+        (["serve", "--session-timeout", "0"], "session_timeout must be positive"),
+        (["serve", "--max-sessions", "0"], "max_sessions must be at least 1"),
+    ],
+)
+def test_bad_arguments_exit_with_a_message_naming_the_problem(args: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert message in str(exit_info.value)
