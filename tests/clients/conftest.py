@@ -57,7 +57,14 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
 def run_client(tmp_path: Path) -> Callable[..., dict]:
     """`run_client(python, script, *args, server=...)`: the JSON result a client script reported."""
 
-    def run(python: Path, script: str, *args: str, server: Server | None = None, timeout: float = 120) -> dict:
-        return run_script(python, script, *args, home=tmp_path / "home", server=server, timeout=timeout)
+    def run(
+        python: Path,
+        script: str,
+        *args: str,
+        server: Server | None = None,
+        timeout: float = 120,
+        env: dict[str, str] | None = None,
+    ) -> dict:
+        return run_script(python, script, *args, home=tmp_path / "home", server=server, timeout=timeout, env=env)
 
     return run

@@ -133,14 +133,22 @@ def client_env(home: Path) -> dict[str, str]:
 
 
 def run_script(
-    python: Path, script: str, *args: str, home: Path, server: Server | None = None, timeout: float = 120
+    python: Path,
+    script: str,
+    *args: str,
+    home: Path,
+    server: Server | None = None,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
 ) -> dict:
-    """Run `scripts/<script> *args` with `python`; return the JSON it reported, or fail the test."""
+    """Run `scripts/<script> *args` with `python` (and `env` added to its environment); return the JSON it
+    reported, or fail the test."""
     home.mkdir(parents=True, exist_ok=True)
     cmd = [str(python), str(SCRIPTS / script), *args]
+    environment = {**client_env(home), **(env or {})}
     try:
         done = subprocess.run(
-            cmd, cwd=home, env=client_env(home), capture_output=True, text=True, timeout=timeout, check=False
+            cmd, cwd=home, env=environment, capture_output=True, text=True, timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(

@@ -41,3 +41,11 @@ def test_openreward_client_sees_a_reaped_session_as_terminated(openreward_python
         "SessionResponseError",
         404,
     )
+
+
+def test_openreward_client_given_the_servers_api_key_plays_unchanged(openreward_python, start_server, run_client):
+    server = start_server("--api-key", "s3cret-key")
+    key = {"ORS_TEST_API_KEY": "s3cret-key"}
+    result = run_client(openreward_python, "openreward_episode.py", server.url, "math", "math", server=server, env=key)
+
+    assert_math_episodes(result)

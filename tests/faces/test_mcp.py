@@ -290,3 +290,14 @@ async def test_an_idle_transport_ends_its_mcp_created_episode_though_the_control
                     if response.status_code == 404:
                         break
                     await anyio.sleep(0.05)
+
+
+async def test_the_sdk_client_given_the_servers_api_key_completes_an_episode_and_is_refused_without_it():
+    with server(Math, api_key="s3cret-key") as base:
+        async with mcp_client(f"{base}/math/mcp", headers={"Authorization": "Bearer s3cret-key"}) as (session, _):
+            result = await session.call_tool("submit", {"answer": str(MATH_TASK["answer"])})
+        async with httpx.AsyncClient() as http:
+            refused = await raw_initialize(http, f"{base}/math/mcp")
+    assert text(result) == "Correct!" and not result.is_error
+    assert refused.status_code == 401
+    assert refused.json()["error"]["message"] == "missing or wrong API key"

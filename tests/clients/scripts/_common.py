@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import urllib.error
@@ -17,10 +18,18 @@ def report(result: dict) -> None:
     sys.stdout.flush()
 
 
+API_KEY = os.environ.get("ORS_TEST_API_KEY")
+"""The server's API key, when the test started it with one: the clients and these bare requests send it."""
+
+
+def _with_key(headers: dict[str, str] | None = None) -> dict[str, str]:
+    return {**(headers or {}), **({"X-API-Key": API_KEY} if API_KEY else {})}
+
+
 def post(base_url: str, path: str, headers: dict[str, str] | None = None, body: bytes = b"") -> tuple[int, str]:
     """A bare POST outside any client, to look at the server after the client is done."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    request = urllib.request.Request(f"{base_url}{path}", data=body, method="POST", headers=headers or {})
+    request = urllib.request.Request(f"{base_url}{path}", data=body, method="POST", headers=_with_key(headers))
     try:
         with opener.open(request, timeout=10) as response:
             return response.status, response.read().decode(errors="replace")
@@ -38,7 +47,7 @@ def live_sessions(base_url: str) -> int | None:
     """Live sessions per the server's `/metrics` (`ors_live_sessions`), or None if it has no such metric."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(f"{base_url}/metrics", timeout=10) as response:
+        with opener.open(urllib.request.Request(f"{base_url}/metrics", headers=_with_key()), timeout=10) as response:
             text = response.read().decode(errors="replace")
     except (OSError, urllib.error.URLError):
         return None

@@ -12,7 +12,7 @@ import os
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
 
 import _episodes  # noqa: E402
-from _common import report  # noqa: E402
+from _common import API_KEY, report  # noqa: E402
 from openreward import OpenReward  # noqa: E402
 
 
@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--answer-key", default="answer")
     args = parser.parse_args()
     variant = None if args.variant == "none" else args.variant
-    with OpenReward(api_key="local") as client:
+    with OpenReward(api_key=API_KEY or "local") as client:
         env = client.environments.get(name=args.env, variant=variant, base_url=args.base_url)
         result = _episodes.run(env, args.base_url, args.answer_key)
     report(result)

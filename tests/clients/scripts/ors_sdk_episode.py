@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import _episodes
-from _common import report
+from _common import API_KEY, report
 from ors.client import ORS
 
 
@@ -15,7 +15,7 @@ def main() -> None:
     parser.add_argument("env")
     parser.add_argument("--answer-key", default="answer")
     args = parser.parse_args()
-    with ORS(base_url=args.base_url) as client:
+    with ORS(base_url=args.base_url, api_key=API_KEY) as client:
         result = _episodes.run(client.environment(args.env), args.base_url, args.answer_key)
     report(result)
 
