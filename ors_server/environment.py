@@ -23,13 +23,14 @@ so an environment written for it ports by changing its imports.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from ors_server.types import Blocks, Split, ToolOutput
+from ors_server.types import ImageBlock, Split, TextBlock, ToolOutput
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ class ToolDef:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.function)
 
-    def input_schema(self) -> dict[str, Any] | None:
+    @cached_property
+    def schema(self) -> dict[str, Any] | None:
         """The JSON Schema of the input model, or None for a tool without arguments."""
         return self.input_model.model_json_schema() if self.input_model else None
 
@@ -129,12 +131,12 @@ class Environment:
     # Tasks. Override list_tasks, or num_tasks + get_task (+ get_task_range) for large or lazy datasets.
 
     @classmethod
-    def list_splits(cls) -> list[str | Split]:
+    def list_splits(cls) -> Sequence[str | Split]:
         """The splits this environment offers; the first is the default."""
         raise NotImplementedError
 
     @classmethod
-    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
+    def list_tasks(cls, split: str) -> Sequence[dict[str, Any]]:
         """Every task spec of `split`, in a fixed order (the order defines task indices)."""
         raise NotImplementedError
 
@@ -150,7 +152,7 @@ class Environment:
         return cls.list_tasks(split)[index]
 
     @classmethod
-    def get_task_range(cls, split: str, start: int | None, stop: int | None) -> list[dict[str, Any]]:
+    def get_task_range(cls, split: str, start: int | None, stop: int | None) -> Sequence[dict[str, Any]]:
         """Tasks `start:stop` of `split`, with Python's slice rules."""
         return cls.list_tasks(split)[start:stop]
 
@@ -172,7 +174,7 @@ class Environment:
 
     # One episode.
 
-    def get_prompt(self) -> Blocks | Awaitable[Blocks]:
+    def get_prompt(self) -> Sequence[TextBlock | ImageBlock] | Awaitable[Sequence[TextBlock | ImageBlock]]:
         """The blocks that open the episode (usually the task statement)."""
         raise NotImplementedError
 

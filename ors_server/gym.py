@@ -124,7 +124,7 @@ class GymEnvironment(Environment):
         """A new, not yet reset, Gymnasium env for `task_spec`."""
         if cls.env_id is None:
             raise NotImplementedError(f"{cls.__name__} must set env_id or override make_env")
-        kwargs = {"render_mode": cls.render_mode} if cls.render_mode else {}
+        kwargs: dict[str, Any] = {"render_mode": cls.render_mode} if cls.render_mode else {}
         return gymnasium.make(cls.env_id, **kwargs)
 
     def observe(self, obs: Any) -> dict[str, Any]:

@@ -148,8 +148,9 @@ async def initial_state(request: Request) -> Response:
     if env is None:
         raise SessionStarting()
     try:
-        if callable(getattr(env, "initial_observation", None)):
-            observation = await _call_user(env.initial_observation)
+        initial_observation = getattr(env, "initial_observation", None)
+        if callable(initial_observation):
+            observation = await _call_user(initial_observation)
         else:
             blocks = await _call_user(env.get_prompt)
             observation = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
@@ -217,6 +218,8 @@ _ENDPOINTS: list[tuple[str, Handler, list[str]]] = [
 
 def routes() -> list[BaseRoute]:
     """`/control/*` for the default environment, then `/{env}/control/*`."""
-    bare = [Route("/control" + path, endpoint, methods=methods) for path, endpoint, methods in _ENDPOINTS]
-    prefixed = [Route("/{env}/control" + path, endpoint, methods=methods) for path, endpoint, methods in _ENDPOINTS]
-    return bare + prefixed
+    return [
+        Route(prefix + path, endpoint, methods=methods)
+        for prefix in ("/control", "/{env}/control")
+        for path, endpoint, methods in _ENDPOINTS
+    ]

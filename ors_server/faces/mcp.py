@@ -54,7 +54,6 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from functools import cache
 from http import HTTPStatus
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
@@ -131,11 +130,10 @@ class _Binding:
     last_seen: float = field(default_factory=anyio.current_time)
 
 
-@cache
 def _tools(env_cls: type[Environment]) -> list[types.Tool]:
     """The tool list of an environment: the same specs as ORS `/tools`."""
     return [
-        types.Tool(name=t.name, description=t.description, input_schema=t.input_schema() or EMPTY_SCHEMA)
+        types.Tool(name=t.name, description=t.description, input_schema=t.schema or EMPTY_SCHEMA)
         for t in env_cls.tools.values()
     ]
 
@@ -150,7 +148,7 @@ def render(name: str, result: ToolOutput | ToolRejected | ToolCrashed) -> types.
         return _error_result(result.message)
     if isinstance(result, ToolCrashed):
         return _error_result(f"Error executing tool {name}: {result.message}")
-    content: list[types.TextContent | types.ImageContent] = []
+    content: list[types.ContentBlock] = []
     for block in result.blocks:
         if isinstance(block, TextBlock):
             content.append(types.TextContent(type="text", text=block.text))
@@ -181,6 +179,11 @@ def _server_version() -> str:
         return dist_version("ors-server")
     except PackageNotFoundError:
         return "0"
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one (for reading optional fields of a raw request)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _int_or_none(value: Any, what: str) -> int | None:
@@ -311,9 +314,7 @@ class McpFace:
         if not (isinstance(message, dict) and message.get("method") == "initialize"):
             await self.manager.handle_request(scope, _replay(body, receive), send)
             return
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
-        client_info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
-        extra = client_info.get("_extra") if isinstance(client_info.get("_extra"), dict) else {}
+        extra = _object(_object(_object(message.get("params")).get("clientInfo")).get("_extra"))
         try:
             key = extra.get("session_id") or Headers(scope=scope).get(KEY_HEADER)
             seed = _int_or_none(extra.get("seed"), "clientInfo._extra.seed")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -180,11 +179,8 @@ async def _split_name(env_cls: type[Environment], split: str) -> str:
     return split
 
 
-@functools.cache
 def tool_specs(env_cls: type[Environment]) -> dict[str, Any]:
-    tools = [
-        {"name": t.name, "description": t.description, "input_schema": t.input_schema()} for t in env_cls.tools.values()
-    ]
+    tools = [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in env_cls.tools.values()]
     return {"tools": tools}
 
 
@@ -437,6 +433,6 @@ def root_routes() -> list[BaseRoute]:
 def env_routes() -> list[BaseRoute]:
     """`/{env}/...` for every environment, and the same paths bare."""
     per_env = [e for e in ENDPOINTS if e.per_env]
-    prefixed = [Route("/{env}" + e.path, e.handler, methods=[e.method]) for e in per_env]
-    bare = [Route(e.path, e.handler, methods=[e.method]) for e in per_env]
+    prefixed: list[BaseRoute] = [Route("/{env}" + e.path, e.handler, methods=[e.method]) for e in per_env]
+    bare: list[BaseRoute] = [Route(e.path, e.handler, methods=[e.method]) for e in per_env]
     return prefixed + bare

@@ -245,7 +245,7 @@ def test_game_tools_have_the_eval_protocol_names_and_input_schema() -> None:
     for env_cls, tool_name in [(FrozenLake, "lake_move"), (CliffWalking, "cliff_move"), (Blackjack, "blackjack_move")]:
         [tool] = env_cls.tools.values()
         assert tool.name == tool_name and tool.description
-        schema = tool.input_schema()
+        schema = tool.schema
         assert schema["type"] == "object" and schema["required"] == ["action"]
         assert schema["properties"]["action"]["type"] == "string"
 
