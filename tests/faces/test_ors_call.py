@@ -43,11 +43,6 @@ def live() -> Iterator[Live]:
         yield server
 
 
-@pytest.fixture
-def client(live: Live) -> httpx.Client:
-    return live.client
-
-
 def openreward_events(raw: bytes) -> list[tuple[str, str]]:
     """The events as `openreward`'s `_parse_sse_events` reads them (aiohttp lines, `lstrip()`ped values)."""
     events: list[tuple[str, str]] = []

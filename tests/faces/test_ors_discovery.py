@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
-from ors_envs import MATH_TASKS, Live, SubmitInput, live_server
-
-
-@pytest.fixture(scope="module")
-def live() -> Iterator[Live]:
-    with live_server() as server:
-        yield server
-
-
-@pytest.fixture
-def client(live: Live) -> httpx.Client:
-    return live.client
+from ors_envs import MATH_TASKS, SubmitInput
 
 
 def test_health_answers_status_ok(client: httpx.Client) -> None:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ors_envs import Live, count, create, live_server, math_task, new_tag, sid_header
+from ors_envs import count, create, live_server, math_task, new_tag, sid_header
 
 SESSION_ENDPOINTS = [
     ("POST", "/create", {"task_spec": math_task()}),
@@ -32,17 +32,6 @@ LOOKUP_ENDPOINTS = [
     ("POST", "/call", {"name": "noargs", "input": {}}),
 ]
 SSE = {"Accept": "text/event-stream"}
-
-
-@pytest.fixture(scope="module")
-def live() -> Iterator[Live]:
-    with live_server() as server:
-        yield server
-
-
-@pytest.fixture
-def client(live: Live) -> httpx.Client:
-    return live.client
 
 
 def assert_json_detail(response: httpx.Response, status: int, detail: str | None = None) -> None:

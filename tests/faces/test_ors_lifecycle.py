@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 from ors_envs import (
     Live,
     call,
@@ -23,17 +21,6 @@ from ors_envs import (
     post_sse,
     sid_header,
 )
-
-
-@pytest.fixture(scope="module")
-def live() -> Iterator[Live]:
-    with live_server() as server:
-        yield server
-
-
-@pytest.fixture
-def client(live: Live) -> httpx.Client:
-    return live.client
 
 
 def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -> None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from ors_envs import (
-    Live,
     call,
     create,
     live_server,
@@ -25,17 +23,6 @@ from ors_envs import (
 )
 
 LOGGERS = ("ors_server", "ors_server.access", "uvicorn", "uvicorn.access", "uvicorn.error")
-
-
-@pytest.fixture(scope="module")
-def live() -> Iterator[Live]:
-    with live_server() as server:
-        yield server
-
-
-@pytest.fixture
-def client(live: Live) -> httpx.Client:
-    return live.client
 
 
 @pytest.mark.parametrize("allowed_domains", [True, False], ids=["openreward", "ors-sdk"])

@@ -7,7 +7,6 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -30,17 +29,6 @@ from ors_envs import (
 )
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-
-
-@pytest.fixture(scope="module")
-def live() -> Iterator[Live]:
-    with live_server() as server:
-        yield server
-
-
-@pytest.fixture
-def client(live: Live) -> httpx.Client:
-    return live.client
 
 
 # /create_session
