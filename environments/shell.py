@@ -15,10 +15,11 @@ Isolation. Without a sandbox there is none beyond a private working directory, a
 an environment stripped of the server's variables (so no API keys leak into the shell): commands run as the
 server's user and can read and write whatever that user can, including other sessions' directories. It is
 not a security boundary; run untrusted agents in a container. With `"sandbox": "bwrap"` in the task spec,
-or `ORS_SHELL_SANDBOX=bwrap` in the server's environment, bash runs inside bubblewrap (which must be
-installed; asking for it without it fails the session's setup): a read-only view of the system, a private
-/tmp, the working directory as the only writable place, no network, and its own pid namespace (every
-namespace unshared), so commands can neither reach the network nor see or signal the server's processes.
+or `ORS_SHELL_SANDBOX=bwrap` in the server's environment (which a task spec cannot turn off), bash runs
+inside bubblewrap (which must be installed; asking for it without it fails the session's setup): a
+read-only view of the system, a private /tmp, the working directory as the only writable place, no
+network, and its own pid namespace (every namespace unshared), so commands can neither reach the network
+nor see or signal the server's processes.
 
 Teardown kills the shell's whole process group and every process still in its session, then removes the
 directory. A process that started a session of its own (`setsid`) escapes that sweep unless bwrap is used.
@@ -616,7 +617,9 @@ class Shell(Environment):
         timeout = self.task_spec.get("command_timeout", self.command_timeout)
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= 600:
             raise ValueError(f"task_spec 'command_timeout' must be a number of seconds in (0, 600], got {timeout!r}")
-        sandbox = self.task_spec.get("sandbox", os.environ.get("ORS_SHELL_SANDBOX")) or None
+        # The operator's ORS_SHELL_SANDBOX=bwrap is a floor: a client's task spec cannot turn it off.
+        operator = os.environ.get("ORS_SHELL_SANDBOX") or None
+        sandbox = "bwrap" if operator == "bwrap" else (self.task_spec.get("sandbox") or operator)
         if sandbox not in (None, "none", "bwrap"):
             raise ValueError(f"sandbox must be 'bwrap' or 'none', got {sandbox!r}")
         self.exercise = exercise

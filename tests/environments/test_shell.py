@@ -284,3 +284,11 @@ async def test_delete_during_a_running_command_ends_it_and_cleans_up(tmp_path: P
             result = await call.wait()
         assert isinstance(result, ToolOutput) and "[the session ended while the command ran]" in result.blocks[0].text
         assert not alive(shell_pid) and not root.exists()
+
+
+def test_the_operators_bwrap_setting_cannot_be_turned_off_by_a_task_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORS_SHELL_SANDBOX", "bwrap")
+    for asked in ("none", "", None):
+        assert Shell(task_spec={"id": "hello_file", "sandbox": asked}).sandbox == "bwrap"
+    monkeypatch.delenv("ORS_SHELL_SANDBOX")
+    assert Shell(task_spec={"id": "hello_file", "sandbox": "none"}).sandbox is None
