@@ -496,6 +496,8 @@ class McpFace:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if ctx.request is not None:  # for the access log
+            ctx.request.state.tool = params.name
         try:
             session = await self._session_for(ctx)
             result = await self.store.call(session, params.name, params.arguments)
