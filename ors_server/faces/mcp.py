@@ -192,17 +192,14 @@ def _int_or_none(value: Any, what: str) -> int | None:
     raise BadRequest(f"{what} must be an integer or null")
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    chunks, size, more = [], 0, True
+async def _read_body(receive: Receive) -> bytes:
+    """The whole request body (bounded by the `Guard` middleware, which answers 413 past the limit)."""
+    chunks, more = [], True
     while more:
         message = await receive()
         if message["type"] != "http.request":
             raise _Refused(400, INVALID_REQUEST, "client disconnected")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _Refused(413, INVALID_REQUEST, f"request body larger than {limit} bytes")
-        chunks.append(chunk)
+        chunks.append(message.get("body", b""))
         more = message.get("more_body", False)
     return b"".join(chunks)
 
@@ -306,7 +303,7 @@ class McpFace:
 
     async def open(self, scope: Scope, receive: Receive, send: Send, env_cls: type[Environment]) -> None:
         """A POST without a transport id: an `initialize` (or a sessionless 2026-07-28 request)."""
-        body = await _read_body(receive, self.settings.max_body_bytes)
+        body = await _read_body(receive)
         try:
             message = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
