@@ -236,8 +236,8 @@ class OtherEnv(Recording):
         return ToolOutput(blocks=[TextBlock(text=str(self.counter))], reward=1.0)
 
 
-class FailingSetup(Recording):
-    """`setup()` raises; the message carries the `TOKEN` secret when there is one (it must be redacted)."""
+class OneTask(Recording):
+    """One split with one empty task: for environments whose subject is their lifecycle, not their tasks."""
 
     @classmethod
     def list_splits(cls) -> list[str | Split]:
@@ -246,6 +246,10 @@ class FailingSetup(Recording):
     @classmethod
     def list_tasks(cls, split: str) -> list[dict[str, Any]]:
         return [{}]
+
+
+class FailingSetup(OneTask):
+    """`setup()` raises; the message carries the `TOKEN` secret when there is one (it must be redacted)."""
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text="unreachable")]
@@ -262,16 +266,8 @@ class FailingSetup(Recording):
         return ToolOutput(blocks=[TextBlock(text="noop")])
 
 
-class SlowSetup(Recording):
+class SlowSetup(OneTask):
     """`setup()` blocks until the test opens the session's gate."""
-
-    @classmethod
-    def list_splits(cls) -> list[str | Split]:
-        return ["train"]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
-        return [{}]
 
     def get_prompt(self) -> list[TextBlock]:
         return [TextBlock(text="ready now")]
