@@ -1,13 +1,13 @@
-"""Shared fixtures. Test helpers live in plain modules (`serving.py`), importable from every test directory."""
+"""Shared fixtures.
+
+`tests` is a package (every folder has an `__init__.py`), so pytest puts the repository root on `sys.path`,
+never a folder inside `tests/`: a test folder named like a top-level package (`tests/environments/`) cannot
+shadow it. Helpers are imported by their full name (`from tests.serving import serve`).
+"""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture

@@ -8,18 +8,6 @@ import time
 import anyio
 import anyio.lowlevel
 import pytest
-from ors_envs import (
-    FailingSetup,
-    MathLike,
-    OtherEnv,
-    SlowSetup,
-    count,
-    gate,
-    journal,
-    math_task,
-    new_tag,
-    secrets_seen,
-)
 
 from ors_server import ToolOutput
 from ors_server.errors import (
@@ -35,6 +23,18 @@ from ors_server.errors import (
 )
 from ors_server.sessions import SessionStore, State, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
+from tests.ors_envs import (
+    FailingSetup,
+    MathLike,
+    OtherEnv,
+    SlowSetup,
+    count,
+    gate,
+    journal,
+    math_task,
+    new_tag,
+    secrets_seen,
+)
 
 pytestmark = pytest.mark.anyio
 

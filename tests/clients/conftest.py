@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import client_venvs  # noqa: E402
-from harness import Server, run_script, run_server  # noqa: E402
+from tests.clients import client_venvs
+from tests.clients.harness import Server, run_script, run_server
 
 # Fixture -> the venv it builds. pytest-timeout counts fixture setup against the test that happens to
 # build a venv; such tests get room for a cold install, the rest keep the project's per-test limit.

@@ -7,7 +7,8 @@ One script run plays every scenario (EP takes seconds to import); each test asse
 from __future__ import annotations
 
 import pytest
-from harness import run_script
+
+from tests.clients.harness import run_script
 
 pytestmark = pytest.mark.clients
 

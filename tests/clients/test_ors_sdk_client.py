@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from harness import assert_math_episodes
+
+from tests.clients.harness import assert_math_episodes
 
 pytestmark = pytest.mark.clients
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import serve
 
 from environments.blackjack import Blackjack
 from environments.cliff_walking import CliffWalking
@@ -18,6 +17,7 @@ from environments.frozen_lake import FrozenLake
 from environments.shell import Shell
 from ors_server.app import create_app
 from ors_server.settings import Settings
+from tests.serving import serve
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from ors_envs import Live, live_server
+
+from tests.ors_envs import Live, live_server
 
 
 @pytest.fixture(scope="module")

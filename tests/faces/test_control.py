@@ -7,7 +7,8 @@ import json
 import anyio
 import httpx
 import pytest
-from test_mcp_helpers import Counter, Gate, Sleepy, call, mcp_client, raw_initialize, server, text
+
+from tests.faces.mcp_helpers import Counter, Gate, Sleepy, call, mcp_client, raw_initialize, server, text
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,8 @@ import json
 
 import httpx
 import pytest
-from test_mcp_helpers import Counter, call, mcp_client, raw_initialize, server, text
+
+from tests.faces.mcp_helpers import Counter, call, mcp_client, raw_initialize, server, text
 
 pytestmark = pytest.mark.anyio
 

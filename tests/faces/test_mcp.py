@@ -10,7 +10,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from test_mcp_helpers import (
+
+from environments.frozen_lake import FrozenLake
+from environments.math import Math
+from tests.faces.mcp_helpers import (
     ACCEPT,
     Counter,
     call,
@@ -20,9 +23,6 @@ from test_mcp_helpers import (
     server,
     text,
 )
-
-from environments.frozen_lake import FrozenLake
-from environments.math import Math
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from ors_envs import (
+
+from tests.ors_envs import (
     PNG_1X1,
     Event,
     Live,

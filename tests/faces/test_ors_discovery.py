@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from ors_envs import MATH_TASKS, SubmitInput
+
+from tests.ors_envs import MATH_TASKS, SubmitInput
 
 
 def test_health_answers_status_ok(client: httpx.Client) -> None:

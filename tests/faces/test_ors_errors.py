@@ -9,7 +9,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ors_envs import count, create, live_server, math_task, new_tag, sid_header
+
+from tests.ors_envs import count, create, live_server, math_task, new_tag, sid_header
 
 SESSION_ENDPOINTS = [
     ("POST", "/create", {"task_spec": math_task()}),

@@ -7,7 +7,8 @@ import threading
 import time
 
 import httpx
-from ors_envs import (
+
+from tests.ors_envs import (
     Live,
     call,
     call_result,

@@ -9,7 +9,8 @@ import logging
 
 import httpx
 import pytest
-from ors_envs import (
+
+from tests.ors_envs import (
     call,
     create,
     live_server,

@@ -10,7 +10,8 @@ import uuid
 
 import httpx
 import pytest
-from ors_envs import (
+
+from tests.ors_envs import (
     MATH_TASKS,
     PNG_1X1,
     Live,

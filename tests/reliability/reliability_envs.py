@@ -4,9 +4,9 @@ Everything an environment does is written to a journal keyed by the `tag` in its
 count setups and teardowns from outside the server. Hanging code waits on a `threading.Event` with a bound
 (`HANG_BOUND`), so a broken test cannot keep a worker thread forever; `release_all()` opens every gate.
 
-This module is also imported by `ors-server serve --env reliability_envs:Journaled` in a subprocess (the
-SIGTERM test puts this folder on PYTHONPATH): `Journaled` appends one line per teardown to the file named by
-the `ORS_TEARDOWN_LOG` environment variable.
+This module is also imported by `ors-server serve --env tests.reliability.reliability_envs:Journaled` in a
+subprocess (the SIGTERM test puts the repository root on PYTHONPATH): `Journaled` appends one line per
+teardown to the file named by the `ORS_TEARDOWN_LOG` environment variable.
 """
 
 from __future__ import annotations

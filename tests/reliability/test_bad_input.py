@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-from reliability_envs import ACCEPT_MCP, initialize_body, mcp_call, mcp_open, ors_call, ors_result
-from serving import serve
 
 from environments import BUILTIN_ENVIRONMENTS
 from ors_server.app import create_app
 from ors_server.settings import Settings
+from tests.reliability.reliability_envs import ACCEPT_MCP, initialize_body, mcp_call, mcp_open, ors_call, ors_result
+from tests.serving import serve
 
 MIB = 1024 * 1024
 HUGE = 20 * MIB

@@ -12,7 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
-from reliability_envs import (
+
+from environments.frozen_lake import FrozenLake
+from ors_server.app import create_app
+from ors_server.settings import Settings
+from tests.reliability.reliability_envs import (
     ACCEPT_MCP,
     Faulty,
     gate,
@@ -25,11 +29,7 @@ from reliability_envs import (
     ors_result,
     release_all,
 )
-from serving import serve
-
-from environments.frozen_lake import FrozenLake
-from ors_server.app import create_app
-from ors_server.settings import Settings
+from tests.serving import serve
 
 FAST = {"ready_wait": 0.3, "sse_keepalive": 0.2, "shutdown_grace": 1.0, "teardown_timeout": 5.0}
 

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from reliability_envs import ACCEPT_MCP, Faulty, mcp_call, mcp_open, new_tag, ors_call, ors_result
-from serving import serve
 
 from environments.frozen_lake import FrozenLake
 from ors_server.app import create_app
 from ors_server.settings import Settings
+from tests.reliability.reliability_envs import ACCEPT_MCP, Faulty, mcp_call, mcp_open, new_tag, ors_call, ors_result
+from tests.serving import serve
 
 SECRET_HEADER_VALUE = "s3cr3t-from-header-value"
 SECRET_BODY_VALUE = "s3cr3t-from-body-value"

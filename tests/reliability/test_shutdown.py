@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-from reliability_envs import mcp_open
-from serving import free_port
 
 from ors_server.settings import Settings
+from tests.reliability.reliability_envs import mcp_open
+from tests.serving import free_port
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
 GRACE = Settings().shutdown_grace
 MARGIN = 5.0
 
@@ -26,12 +26,12 @@ MARGIN = 5.0
 def start_server(port: int, log: Path, output: IO[bytes]) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "ORS_TEARDOWN_LOG": str(log),
     }
     env.pop("ORS_API_KEY", None)
     command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port)]
-    command += ["--env", "reliability_envs:Journaled", "--log-level", "warning"]
+    command += ["--env", "tests.reliability.reliability_envs:Journaled", "--log-level", "warning"]
     return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
 
 

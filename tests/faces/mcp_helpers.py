@@ -13,11 +13,11 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from pydantic import BaseModel
-from serving import serve
 
 from ors_server import Environment, ImageBlock, TextBlock, ToolOutput, tool
 from ors_server.app import create_app
 from ors_server.settings import Settings
+from tests.serving import serve
 
 INIT_PARAMS = {"protocolVersion": "2025-11-25", "capabilities": {}}
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

@@ -1,0 +1,28 @@
+"""The test tree can never shadow the packages it tests, whichever way pytest is started."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import environments
+import ors_server
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_top_level_packages_are_the_repository_ones() -> None:
+    assert Path(environments.__file__).resolve().parent == ROOT / "environments"
+    assert Path(ors_server.__file__).resolve().parent == ROOT / "ors_server"
+
+
+def test_no_folder_inside_tests_is_on_sys_path() -> None:
+    tests = ROOT / "tests"
+    on_path = [entry for entry in sys.path if entry and Path(entry).resolve().is_relative_to(tests)]
+    assert on_path == []
+
+
+def test_every_test_folder_is_a_package() -> None:
+    # Without an __init__.py pytest's default import mode puts the folder itself on sys.path.
+    folders = {path.parent for path in (ROOT / "tests").rglob("test_*.py")}
+    assert sorted(str(f) for f in folders if not (f / "__init__.py").exists()) == []
