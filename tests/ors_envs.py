@@ -316,10 +316,9 @@ def live_server(
     envs: list[type[Environment]] | None = None, log_level: str = "warning", **settings: Any
 ) -> Iterator[Live]:
     """A real uvicorn server for `envs` (default: ENVS) with FAST settings overridden by `settings`."""
-    from tests.serving import serve
-
     from ors_server.app import create_app
     from ors_server.settings import Settings
+    from tests.serving import serve
 
     app = create_app(envs or ENVS, Settings(**{**FAST, **settings}))
     with serve(app, log_level=log_level) as url, httpx.Client(base_url=url, timeout=10) as client:
