@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -64,3 +65,15 @@ def test_whitespace_runs_longer_than_a_chunk_still_rebuild_the_value(run, before
 def test_a_string_of_whitespace_only_survives_the_client_lstrip():
     for char in WHITESPACE:
         check(char * (2 * CHUNK_SIZE + 7), CHUNK_SIZE)
+
+
+def test_an_8_mib_whitespace_result_is_chunked_in_linear_time():
+    # Results up to 16 MiB are allowed; a quadratic chunker held the event loop ~8 s on this one. Linear work
+    # takes a few tens of milliseconds, so one CPU-second is a bound no loaded machine should reach by chance.
+    text = to_json({"stdout": " " * (8 * 1024 * 1024)})
+    started = time.process_time()
+    pieces = chunk_json(text)
+    cpu_seconds = time.process_time() - started
+    assert cpu_seconds < 1.0, f"chunking took {cpu_seconds:.2f} CPU seconds"
+    assert all(len(piece) <= CHUNK_SIZE and not piece[:1].isspace() for piece in pieces)
+    assert json.loads("".join(pieces)) == {"stdout": " " * (8 * 1024 * 1024)}
