@@ -1,57 +1,88 @@
-"""Assemble the server: one session store behind the ORS, MCP and control-plane faces."""
+"""Assemble the server: one session store behind the protocol faces listed in `FACES`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ors_server.environment import Environment
-from ors_server.faces import control, ors
-from ors_server.faces.mcp import McpFace
-from ors_server.faces.openapi import openapi
+from ors_server.errors import OrsError, Refused
+from ors_server.faces import Core, Face, FaceTable, control, mcp, ors
 from ors_server.guards import Guard
 from ors_server.observability import Metrics, Observe
 from ors_server.registry import Registry
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
+FACES: list[Callable[[Core], Face]] = [
+    ors.face,
+    mcp.face,
+    control.face,
+]
+"""The protocol faces the server speaks, in the order their routes are tried (see `ors_server.faces`)."""
+DEFAULT_FACE = "ors"
+"""The face that answers requests no face's route matches."""
 
-def create_app(environments: Sequence[type[Environment]], settings: Settings | None = None) -> Starlette:
-    """The ASGI app serving `environments` (the first is the default) with `settings`."""
+
+def create_app(
+    environments: Sequence[type[Environment]],
+    settings: Settings | None = None,
+    faces: Sequence[Callable[[Core], Face]] = FACES,
+) -> Starlette:
+    """The ASGI app serving `environments` (the first is the default) with `settings` through `faces`."""
     settings = settings or Settings()
     registry = Registry(environments)
     store = SessionStore(settings)
-    mcp = McpFace(registry, store, settings)
-    metrics = Metrics(store)
+    core = Core(registry, store, settings)
+    faces_table = FaceTable([make(core) for make in faces], default=DEFAULT_FACE)
+    metrics = Metrics(store, faces_table)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with store.run(), mcp.run():
+        async with store.run(), AsyncExitStack() as stack:
+            for face in faces_table.faces:
+                if face.lifespan is not None:
+                    await stack.enter_async_context(face.lifespan())
             yield
 
-    # Starlette tries routes in order and no two patterns here overlap, so the hot paths go first:
-    # tool calls, then MCP and the control plane, then discovery and the rest.
-    routes = [
-        *ors.env_routes(),
-        *mcp.routes(),
-        *control.routes(),
-        *ors.root_routes(),
-        Route("/metrics", metrics.endpoint),
-        Route("/openapi.json", openapi),
-    ]
+    routes = [route for face in faces_table.faces for route in face.routes]
+    routes.append(Route("/metrics", metrics.endpoint))
     middleware = [
-        Middleware(Observe, metrics=metrics),
-        Middleware(Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes),
+        Middleware(Observe, metrics=metrics, faces=faces_table),
+        Middleware(Guard, faces=faces_table, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes),
     ]
-    app = Starlette(
-        routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=ors.exception_handlers()
-    )
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=_handlers(faces_table))
     app.state.settings = settings
     app.state.registry = registry
     app.state.store = store
-    app.state.mcp = mcp
+    for face in faces_table.faces:
+        for name, value in face.state.items():
+            setattr(app.state, name, value)
     return app
+
+
+def _handlers(faces: FaceTable) -> dict[Any, Any]:
+    """What a handler raises, rendered by the face the request belongs to."""
+
+    async def domain_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, OrsError)
+        return faces.of(request.scope).render_error(exc)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # The router's own 404 and 405.
+        assert isinstance(exc, HTTPException)
+        return faces.of(request.scope).render_error(Refused(exc.status_code, exc.detail, exc.headers))
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        # A fixed message: exception text may carry environment internals or secrets.
+        return faces.of(request.scope).render_error(Refused(500, "Internal server error"))
+
+    return {OrsError: domain_error, HTTPException: http_error, Exception: server_error}

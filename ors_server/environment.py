@@ -42,10 +42,6 @@ class ToolDef:
     input_model: type[BaseModel] | None
     function: Callable[..., Any]
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.function)
-
     @cached_property
     def schema(self) -> dict[str, Any] | None:
         """The JSON Schema of the input model, or None for a tool without arguments."""
@@ -178,11 +174,30 @@ class Environment:
         """The blocks that open the episode (usually the task statement)."""
         raise NotImplementedError
 
+    def initial_observation(self) -> Any | Awaitable[Any]:
+        """The episode's first observation, as Eval Protocol's control plane serves it (`initial_state`):
+        a JSON object, or anything JSON-serialisable (served as `{"observation": ...}`).
+
+        By default, the text of the prompt's text blocks, one per line. Gym environments return the observation.
+        """
+        prompt = self.get_prompt()
+        if inspect.isawaitable(prompt):
+            return _text_of_awaited(prompt)
+        return _text_of(prompt)
+
     def setup(self) -> None | Awaitable[None]:
         """Prepare the episode. Runs in the background after the session is created."""
 
     def teardown(self) -> None | Awaitable[None]:
         """Release what the episode holds. Runs exactly once when the session ends, however it ends."""
+
+
+def _text_of(blocks: Sequence[TextBlock | ImageBlock]) -> str:
+    return "\n".join(block.text for block in blocks if isinstance(block, TextBlock))
+
+
+async def _text_of_awaited(blocks: Awaitable[Sequence[TextBlock | ImageBlock]]) -> str:
+    return _text_of(await blocks)
 
 
 __all__ = ["Environment", "ToolDef", "ToolOutput", "tool"]

@@ -5,8 +5,10 @@
     │   ├── InvalidSessionId
     │   ├── InvalidSplit
     │   ├── InvalidIndex
+    │   ├── InvalidTask          `task_from_seed` found no task for the seed and config
     │   ├── SessionExists
     │   └── WrongEnvironment     a session addressed through another environment's path
+    ├── Refused                  refused before any face ran: auth (401), body size (413), a transport's own checks
     ├── NotFound                 (404)
     │   ├── EnvironmentNotFound
     │   └── SessionNotFound      unknown, reaped or never created
@@ -15,13 +17,16 @@
     │   ├── SessionStarting      setup() still running after the wait bound
     │   ├── CapacityReached      --max-sessions live sessions already
     │   └── ShuttingDown
-    └── SetupFailed              setup() raised; the session stays until deleted (500)
+    ├── SetupFailed              setup() raised; the session stays until deleted (500)
+    └── ReadFailed               the environment raised while the store read its prompt or first observation (500)
 
 Expected tool outcomes (unknown tool, bad input, finished episode) are not exceptions: they are
 `ToolRejected` results of the call pipeline (see `sessions.py`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 
 class OrsError(Exception):
@@ -30,6 +35,11 @@ class OrsError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers every face sends with this error, whatever its body shape."""
+        return {}
 
 
 class BadRequest(OrsError):
@@ -41,14 +51,17 @@ class InvalidSessionId(BadRequest):
 
 
 class InvalidSplit(BadRequest):
-    def __init__(self, split: object = None) -> None:
+    def __init__(self) -> None:
         super().__init__("Invalid split")
-        self.split = split
 
 
 class InvalidIndex(BadRequest):
     def __init__(self, message: str = "Invalid index") -> None:
         super().__init__(message)
+
+
+class InvalidTask(BadRequest):
+    pass
 
 
 class SessionExists(BadRequest):
@@ -82,10 +95,28 @@ class SessionDeleted(OrsError):
         super().__init__("Session deleted")
 
 
+class Refused(OrsError):
+    """A refusal with its own HTTP status, made before a face's handlers ran."""
+
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self._headers = dict(headers or {})
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self._headers
+
+
 class Unavailable(OrsError):
     status = 503
     retry_after = 2
+    """Seconds a client should wait before trying again: the one source of every `Retry-After`."""
     backend_state: str | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
 
 
 class SessionStarting(Unavailable):
@@ -106,4 +137,8 @@ class ShuttingDown(Unavailable):
 
 
 class SetupFailed(OrsError):
+    status = 500
+
+
+class ReadFailed(OrsError):
     status = 500

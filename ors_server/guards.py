@@ -1,4 +1,7 @@
-"""Refusals before any face runs: the optional API key and the request body size limit."""
+"""Refusals before any face's handlers run: the optional API key and the request body size limit.
+
+Each refusal is rendered by the face the request belongs to (its routes say which), in that face's shape.
+"""
 
 from __future__ import annotations
 
@@ -6,31 +9,39 @@ import hmac
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ors_server.faces.shapes import error_response
+from ors_server.errors import Refused
+from ors_server.faces import FaceTable
 
 OPEN_PATHS = {"/health"}
 
 
 class Guard:
-    """Require the API key (when one is set) on every path but `/health`; refuse declared oversize bodies.
+    """Require the API key (when one is set) on every path but `/health`, WebSockets included; refuse oversize
+    bodies.
 
     The key is accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>` (what the `openreward`
     client sends), compared in constant time.
     """
 
-    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, faces: FaceTable, api_key: str | None, max_body_bytes: int) -> None:
         self.app = app
+        self.faces = faces
         self.api_key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            if self.api_key is not None and not self._authorized(dict(scope["headers"])):
+                # Closing before accepting: the server answers the handshake with 403.
+                return await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong API key"})
+            return await self.app(scope, receive, send)
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         path = scope["path"]
         if self.api_key is not None and path not in OPEN_PATHS and not self._authorized(headers):
-            response = error_response(path, 401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
-            return await response(scope, receive, send)
+            refusal = Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
+            return await self.faces.of(scope).render_error(refusal)(scope, receive, send)
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             return await self._too_large(scope, receive, send)
@@ -39,8 +50,8 @@ class Guard:
         await self.app(scope, receive, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(scope["path"], 413, f"request body larger than {self.max_body_bytes} bytes")
-        await response(scope, receive, send)
+        refusal = Refused(413, f"request body larger than {self.max_body_bytes} bytes")
+        await self.faces.of(scope).render_error(refusal)(scope, receive, send)
 
     async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A body of undeclared size (chunked) is counted as it arrives. Past the limit the client gets the 413

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ors_server.faces.shapes import face_of
+from ors_server.faces import FaceTable
 from ors_server.sessions import Session, SessionStore
 
 access_log = logging.getLogger("ors_server.access")
@@ -48,7 +48,7 @@ class _StoreCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionStore, faces: FaceTable) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StoreCollector(store))
         self.tool_calls = Counter(
@@ -72,7 +72,7 @@ class Metrics:
             registry=self.registry,
         )
         self._call_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
-        self.request_seconds_by_face = {face: self.request_seconds.labels(face) for face in ("ors", "mcp", "control")}
+        self.request_seconds_by_face = {face: self.request_seconds.labels(face) for face in faces.names}
         store.on_call.append(self._on_call)
 
     def _on_call(self, session: Session, tool: str, outcome: str, seconds: float) -> None:
@@ -93,15 +93,17 @@ class Metrics:
 class Observe:
     """ASGI middleware: time every request for the per-face histogram and write its access-log line."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, faces: FaceTable) -> None:
         self.app = app
         self.metrics = metrics
+        self.faces = faces
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
         status = 500
+        face = self.faces.of(scope).name
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -113,7 +115,6 @@ class Observe:
             await self.app(scope, receive, send_status)
         finally:
             seconds = time.perf_counter() - started
-            face = face_of(scope["path"])
             self.metrics.request_seconds_by_face[face].observe(seconds)
             if access_log.isEnabledFor(logging.INFO):
                 access_log.info(_access_line(scope, status, seconds, face))

@@ -23,12 +23,14 @@ from typing import Any, Literal
 
 import anyio
 import anyio.abc
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from ors_server.environment import Environment
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
+    InvalidTask,
+    ReadFailed,
     SessionDeleted,
     SessionExists,
     SessionNotFound,
@@ -38,7 +40,7 @@ from ors_server.errors import (
     WrongEnvironment,
 )
 from ors_server.settings import Settings
-from ors_server.types import ToolOutput
+from ors_server.types import Blocks, ToolOutput
 
 logger = logging.getLogger("ors_server.sessions")
 
@@ -46,6 +48,7 @@ TEARDOWN_LOCK_WAIT = 2.0
 LIFECYCLE_THREADS = 16
 """Worker threads for setup, reset and teardown, apart from the ones tool calls queue for."""
 SESSION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_blocks = TypeAdapter(Blocks)
 
 
 class State(enum.Enum):
@@ -267,8 +270,7 @@ class SessionStore:
             raise ShuttingDown()
         if session_id in self._sessions:
             raise SessionExists()
-        if len(self._sessions) >= self.settings.max_sessions:
-            raise CapacityReached(self.settings.max_sessions)
+        self._check_admission()
         session = Session(
             session_id, env_cls, task_spec, dict(secrets or {}), seed=seed, config=config, created_by=created_by
         )
@@ -277,6 +279,59 @@ class SessionStore:
         self.counts["created"] += 1
         self._spawn(self._start, session)
         return session
+
+    async def open(
+        self,
+        session_id: str,
+        env_cls: type[Environment],
+        *,
+        seed: int | None = None,
+        config: dict[str, Any] | None = None,
+        created_by: str,
+        any_env: bool = False,
+    ) -> tuple[Session, bool]:
+        """Get or create: the live session `session_id` (its idle timer refreshed), or a new one of `env_cls`
+        whose task is `env_cls.task_from_seed(seed, config)`; and whether it was created by this call.
+
+        A live session of another environment raises WrongEnvironment unless `any_env`. A deleted id may be
+        opened again (a new episode). When two requests open the same new id at once, both get the one session.
+        """
+        self.check_id(session_id)
+        session = self._live(session_id, env_cls, any_env)
+        if session is not None:
+            return session, False
+        task_spec = await self.task_for(env_cls, seed, config or {})
+        # No await from here on: the check and the creation are one step for every other request.
+        session = self._live(session_id, env_cls, any_env)
+        if session is not None:
+            return session, False
+        config = config or {}
+        return self.create(session_id, env_cls, task_spec, seed=seed, config=config, created_by=created_by), True
+
+    def _live(self, session_id: str, env_cls: type[Environment], any_env: bool) -> Session | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if not any_env and session.env_cls is not env_cls:
+            raise WrongEnvironment(session.env_name, env_cls.name)
+        session.touch()
+        return session
+
+    async def task_for(self, env_cls: type[Environment], seed: int | None, config: dict[str, Any]) -> dict[str, Any]:
+        """The task of a new session named by a seed and config; raises what `create` would raise if the store
+        cannot admit a session now, before spending a worker thread on `task_from_seed`."""
+        self._check_admission()
+        try:
+            return await run_user_code(env_cls.task_from_seed, seed, config, limiter=self._lifecycle_limiter)
+        except Exception as exc:
+            # The seed and config come from the client: whatever the environment makes of them is the client's.
+            raise InvalidTask(f"no task for seed {seed!r} and config {config!r}: {_describe(exc)}") from None
+
+    def _check_admission(self) -> None:
+        if self.closing:
+            raise ShuttingDown()
+        if len(self._sessions) >= self.settings.max_sessions:
+            raise CapacityReached(self.settings.max_sessions)
 
     def get(self, session_id: str, env_name: str | None = None) -> Session:
         """The live session `session_id`, its idle timer refreshed. `env_name` checks the path's environment."""
@@ -510,6 +565,35 @@ class SessionStore:
         if result.finished:
             session.state = State.FINISHED
             session.truncated = result.truncated
+
+    # Reading the environment.
+
+    async def read_prompt(self, session: Session) -> Blocks:
+        """The episode's opening blocks (`get_prompt()`), read under the session lock."""
+        blocks: Blocks = await self._read(session, "get_prompt")
+        return blocks
+
+    async def initial_observation(self, session: Session) -> Any:
+        """The episode's first observation (`initial_observation()`), read under the session lock."""
+        return await self._read(session, "initial_observation")
+
+    async def _read(self, session: Session, method: str) -> Any:
+        """Call a method of the session's environment that returns something about the episode. A session that
+        is gone raises SessionDeleted, one without a built environment SessionStarting, and a method that raises
+        (or returns the wrong thing) ReadFailed."""
+        async with session.lock:
+            if session.state is State.DELETED:
+                raise SessionDeleted()
+            env = session.env
+            if env is None:
+                raise SessionStarting()
+            try:
+                value = await run_user_code(getattr(env, method), limiter=self._lifecycle_limiter)
+                if method == "get_prompt":
+                    value = _blocks.validate_python(value)
+            except Exception as exc:
+                raise ReadFailed(session.redact(f"{method} failed: {_describe(exc)}")) from None
+        return value
 
     # Resetting an episode in place (Eval Protocol's reset_session).
 

@@ -13,6 +13,7 @@ from ors_server import ToolOutput
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
+    InvalidTask,
     SessionDeleted,
     SessionExists,
     SessionNotFound,
@@ -621,3 +622,57 @@ async def test_reset_tears_down_the_old_episode_and_starts_a_fresh_one() -> None
         result = await store.call(session, "submit", {"answer": "4"})
         assert isinstance(result, ToolOutput) and result.reward == 1.0
     assert count(tag, "teardown") == 2
+
+
+# Get-or-create.
+
+
+async def test_open_creates_an_unknown_session_from_task_from_seed_and_then_attaches_to_it() -> None:
+    store = SessionStore(FAST)
+    async with store.run():
+        session, created = await store.open("row-1", MathLike, seed=1, config={"index": 0}, created_by="control")
+        assert created and session.created_by == "control" and session.task_spec == MathLike.get_task("train", 0)
+        again, created_again = await store.open("row-1", MathLike, seed=5, config={}, created_by="mcp")
+        assert again is session and not created_again
+
+
+async def test_concurrent_opens_of_one_new_id_get_one_session() -> None:
+    store = SessionStore(FAST)
+    opened = []
+    async with store.run():
+
+        async def open_it() -> None:
+            opened.append(await store.open("same", MathLike, config={}, created_by="mcp"))
+
+        async with anyio.create_task_group() as group:
+            for _ in range(5):
+                group.start_soon(open_it)
+        assert len({id(session) for session, _ in opened}) == 1
+        assert [created for _, created in opened].count(True) == 1
+        assert store.counts["created"] == 1
+
+
+async def test_open_refuses_a_live_session_of_another_environment_unless_any_env() -> None:
+    store = SessionStore(FAST)
+    async with store.run():
+        await store.open("s", OtherEnv, config={}, created_by="ors")
+        with pytest.raises(WrongEnvironment):
+            await store.open("s", MathLike, config={}, created_by="mcp")
+        session, created = await store.open("s", MathLike, config={}, created_by="control", any_env=True)
+        assert session.env_cls is OtherEnv and not created
+
+
+async def test_a_failing_task_from_seed_is_an_invalid_task_error() -> None:
+    store = SessionStore(FAST)
+    async with store.run():
+        with pytest.raises(InvalidTask, match="no task for seed 3"):
+            await store.open("s", MathLike, seed=3, config={"split": "nope"}, created_by="mcp")
+        assert "s" not in store
+
+
+async def test_open_checks_admission_before_running_task_from_seed() -> None:
+    store = SessionStore(settings(max_sessions=1))
+    async with store.run():
+        await store.open("a", MathLike, config={}, created_by="mcp")
+        with pytest.raises(CapacityReached):
+            await store.open("b", MathLike, config={"split": "nope"}, created_by="mcp")  # not InvalidTask

@@ -1,1 +1,124 @@
-"""The protocol faces: thin translators from a wire protocol to the session core."""
+"""The protocol faces: thin translators from a wire protocol to the session core.
+
+A face is a plug-in. Its module has one function, `face(core: Core) -> Face`, that declares what the face is:
+
+- `name`: a short label ("ors", "mcp", ...) used in metrics and access logs;
+- `routes`: its Starlette routes: `Route`, `WebSocketRoute` or a `Mount` under a prefix of its own;
+- `render_error`: the one function that turns a domain error (`ors_server.errors.OrsError`) into this face's
+  wire shape. Every error of the face goes through it: the ones its handlers raise, and the refusals middleware
+  makes before any handler runs (401 without the API key, 413 for a large body, 503 while shutting down).
+  The headers of an error (`OrsError.headers`: `Retry-After`, `WWW-Authenticate`) are the face's to send too;
+- `lifespan` (optional): an async context manager run for the life of the app, inside the session store's
+  (for a task group, a session manager, connections to close at shutdown);
+- `state` (optional): objects other parts of the app look up on `app.state` by name.
+
+How to add a face
+    1. Write `ors_server/faces/<name>.py` with `def face(core: Core) -> Face`. Its handlers read and change
+       sessions only through `core.store` (`open`, `get`, `get_ready`, `call`, `reset`, `read_prompt`,
+       `initial_observation`, `discard`) and raise `OrsError`s; they never build error responses inline.
+    2. Add one line, `<name>.face`, to `FACES` in `ors_server/app.py`.
+    That is all: the app mounts the routes, runs the lifespan, and the Guard and Observe middleware learn which
+    face a request belongs to from the face's routes (see `FaceTable`), so refusals come in the face's shape
+    and metrics carry its name.
+
+    A face served under a prefix (for example `/openenv/{env}` and `/openenv`) declares a `Mount` for each
+    prefix, with its HTTP and WebSocket routes inside. A `Mount` takes every path under its prefix, so
+    `Mount("/openenv/{env}")` also takes `/openenv/reset/x`: order the mounts so the right one matches first.
+    Faces are tried in the order of `FACES`, and so are their routes: ORS and MCP serve `/{env}/...` patterns,
+    so a face with a fixed first path segment (such as `/openenv/...`) goes before them in `FACES`, or
+    `/openenv/mcp` would be read as MCP for an environment named "openenv". Requests no route matches belong to
+    the default face (ORS), whatever the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
+
+from ors_server.errors import OrsError
+from ors_server.registry import Registry
+from ors_server.sessions import SessionStore
+from ors_server.settings import Settings
+
+
+@dataclass(frozen=True)
+class Core:
+    """What a face is built over: the environments, the one session store, and the settings."""
+
+    registry: Registry
+    store: SessionStore
+    settings: Settings
+
+
+ErrorRenderer = Callable[[OrsError], Response]
+
+
+@dataclass(frozen=True)
+class Face:
+    """One protocol face: its name, its routes and its one error renderer (see the module docstring)."""
+
+    name: str
+    routes: Sequence[BaseRoute]
+    render_error: ErrorRenderer
+    lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+    state: Mapping[str, Any] = field(default_factory=dict)
+
+
+SCOPE_KEY = "ors_server.face"
+_CACHE_LIMIT = 4096
+
+
+class FaceTable:
+    """Which face a request belongs to, from the faces' own routes, tried in order as the router tries them.
+
+    A request no face's route matches belongs to the `default` face (the first one if it is not named), which
+    renders the router's own 404 for it. Matches are remembered by path (boundedly), so the routes are matched
+    once per path rather than once per request.
+    """
+
+    def __init__(self, faces: Sequence[Face], default: str | None = None) -> None:
+        if not faces:
+            raise ValueError("a server needs at least one face")
+        names = [face.name for face in faces]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two faces share a name: {names}")
+        self.faces = list(faces)
+        self.default = next((face for face in faces if face.name == default), self.faces[0])
+        self._by_path: dict[tuple[str, str], Face] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [face.name for face in self.faces]
+
+    def of(self, scope: Scope) -> Face:
+        """The face serving this request (remembered in the scope for the middleware further in)."""
+        found: Face | None = scope.get(SCOPE_KEY)
+        if found is not None:
+            return found
+        key = (scope["type"], scope["path"])
+        found = self._by_path.get(key)
+        if found is None:
+            found = self._match(scope)
+            if len(self._by_path) < _CACHE_LIMIT:
+                self._by_path[key] = found
+        scope[SCOPE_KEY] = found
+        return found
+
+    def _match(self, scope: Scope) -> Face:
+        # Routes match on the path alone apart from the method (PARTIAL), so a path's face does not depend on the
+        # request's method, which is what makes remembering it by path sound.
+        for face in self.faces:
+            for route in face.routes:
+                match, _ = route.matches(scope)
+                if match is not Match.NONE:
+                    return face
+        return self.default
+
+
+__all__ = ["Core", "ErrorRenderer", "Face", "FaceTable"]

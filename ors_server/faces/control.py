@@ -19,30 +19,19 @@ reward and status 3 s).
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ors_server.environment import Environment
-from ors_server.errors import (
-    BadRequest,
-    OrsError,
-    SessionDeleted,
-    SessionExists,
-    SessionNotFound,
-    SessionStarting,
-    Unavailable,
-)
+from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionNotFound
+from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
-from ors_server.types import TextBlock
 
 logger = logging.getLogger("ors_server.control")
 
@@ -54,35 +43,28 @@ class _MissingHeader(BadRequest):
         super().__init__("Missing mcp-session-id header")
 
 
-class _UnknownSession(OrsError):
-    status = 404
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"Session {key} not found")
-
-
-class _StateFailed(OrsError):
-    status = 500
-
-
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+def render_error(exc: OrsError) -> Response:
+    """The control plane's one error shape: `{"error": message}`."""
+    return JSONResponse({"error": exc.message}, exc.status, headers=exc.headers)
+
+
 def _control(handler: Handler) -> Handler:
-    """The one mapper from the domain error tree to the control plane's `{"error"}` shape."""
+    """Name an unknown session as Eval Protocol's server does; every other error goes to `render_error`."""
 
     @functools.wraps(handler)
     async def wrapped(request: Request) -> Response:
         try:
             return await handler(request)
         except (SessionNotFound, SessionDeleted):
-            return JSONResponse({"error": f"Session {_raw_key(request)} not found"}, 404)
+            return render_error(Refused(404, f"Session {_raw_key(request)} not found"))
         except OrsError as exc:
-            headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Unavailable) else None
-            return JSONResponse({"error": exc.message}, exc.status, headers=headers)
+            return render_error(exc)
         except Exception:
             logger.exception("control-plane request failed")
-            return JSONResponse({"error": "Internal server error"}, 500)
+            return render_error(Refused(500, "Internal server error"))
 
     return wrapped
 
@@ -119,44 +101,15 @@ def _session(request: Request) -> Session:
     return _store(request).get(_key(request), _env_name(request))
 
 
-async def _call_user(function: Callable[..., Any]) -> Any:
-    if inspect.iscoroutinefunction(function):
-        return await function()
-    result = await anyio.to_thread.run_sync(function, abandon_on_cancel=True)
-    return await result if inspect.isawaitable(result) else result
-
-
 @_control
 async def initial_state(request: Request) -> Response:
-    store, key = _store(request), _key(request)
-    env_name = _env_name(request)
-    for _ in range(3):
-        try:
-            store.get(key, env_name)
-            break
-        except (SessionNotFound, SessionDeleted):
-            # EP asks before (or without) an MCP initialize: create the episode from what is known.
-            env_cls = _env(request)
-            task = await anyio.to_thread.run_sync(env_cls.task_from_seed, None, {})
-            try:
-                store.create(key, env_cls, task, seed=None, config={}, created_by="control")
-            except SessionExists:
-                continue
-            break
-    session = await store.get_ready(key, env_name)
-    env = session.env
-    if env is None:
-        raise SessionStarting()
-    try:
-        initial_observation = getattr(env, "initial_observation", None)
-        if callable(initial_observation):
-            observation = await _call_user(initial_observation)
-        else:
-            blocks = await _call_user(env.get_prompt)
-            observation = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
-    except Exception as exc:
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise _StateFailed(session.redact(f"could not build the initial state: {text}")) from None
+    store = _store(request)
+    # EP may ask before (or without) an MCP initialize: an unknown key opens the episode from what is known.
+    session, _ = await store.open(
+        _key(request), _env(request), config={}, created_by="control", any_env=_env_name(request) is None
+    )
+    session = await store.get_ready(session.id, _env_name(request))
+    observation = await store.initial_observation(session)
     return JSONResponse(observation if isinstance(observation, dict) else {"observation": observation})
 
 
@@ -223,3 +176,7 @@ def routes() -> list[BaseRoute]:
         for prefix in ("/control", "/{env}/control")
         for path, endpoint, methods in _ENDPOINTS
     ]
+
+
+def face(core: Core) -> Face:
+    return Face("control", routes(), render_error)

@@ -66,22 +66,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ors_server.environment import Environment
-from ors_server.errors import (
-    BadRequest,
-    CapacityReached,
-    NotFound,
-    OrsError,
-    SessionDeleted,
-    SessionExists,
-    SessionNotFound,
-    ShuttingDown,
-    Unavailable,
-    WrongEnvironment,
-)
+from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionNotFound, Unavailable
+from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
@@ -100,23 +91,24 @@ INVALID_PARAMS = types.INVALID_PARAMS
 SERVER_UNAVAILABLE = -32000
 
 
-class _Refused(Exception):
-    """An HTTP-level refusal of an MCP request, rendered as a JSON-RPC error."""
+def rpc_error(exc: OrsError, request_id: Any = None) -> JSONResponse:
+    """The MCP face's one error shape: a JSON-RPC error object, with the HTTP status and headers of `exc`."""
+    if isinstance(exc, Unavailable):
+        code = SERVER_UNAVAILABLE
+    elif isinstance(exc, BadRequest):
+        code = INVALID_PARAMS
+    elif exc.status < 500:
+        code = INVALID_REQUEST
+    else:
+        code = types.INTERNAL_ERROR
+    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": exc.message}}
+    # An MCP client knows no 410: a deleted session is one it cannot find.
+    status = 404 if isinstance(exc, SessionDeleted) else exc.status
+    return JSONResponse(body, status, headers=exc.headers)
 
-    def __init__(self, status: int, code: int, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.retry_after = status, code, message, retry_after
 
-    @classmethod
-    def of(cls, exc: OrsError) -> _Refused:
-        """The one mapper from the domain error tree to an HTTP status and JSON-RPC code."""
-        if isinstance(exc, Unavailable):
-            return cls(503, SERVER_UNAVAILABLE, exc.message, exc.retry_after)
-        if isinstance(exc, NotFound | SessionDeleted):
-            return cls(404, INVALID_REQUEST, exc.message)
-        if isinstance(exc, BadRequest):
-            return cls(400, INVALID_PARAMS, exc.message)
-        return cls(500, types.INTERNAL_ERROR, exc.message)
+def render_error(exc: OrsError) -> Response:
+    return rpc_error(exc)
 
 
 @dataclass
@@ -125,7 +117,6 @@ class _Binding:
     reuses its key)."""
 
     session: Session
-    env_cls: type[Environment]
     in_flight: int = 0
     last_seen: float = field(default_factory=anyio.current_time)
 
@@ -198,7 +189,7 @@ async def _read_body(receive: Receive) -> bytes:
     while more:
         message = await receive()
         if message["type"] != "http.request":
-            raise _Refused(400, INVALID_REQUEST, "client disconnected")
+            raise Refused(400, "client disconnected")
         chunks.append(message.get("body", b""))
         more = message.get("more_body", False)
     return b"".join(chunks)
@@ -217,18 +208,15 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _send_error(send: Send, refusal: _Refused, request_id: Any = None) -> None:
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": request_id, "error": {"code": refusal.code, "message": refusal.message}}
-    ).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if refusal.retry_after is not None:
-        headers.append((b"retry-after", str(refusal.retry_after).encode()))
-    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+async def _send_error(scope: Scope, send: Send, exc: OrsError, request_id: Any = None) -> None:
+    await rpc_error(exc, request_id)(scope, _no_receive, send)
 
 
-def _json_errors(send: Send) -> Send:
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def _json_errors(scope: Scope, send: Send) -> Send:
     """Wrap `send` so every error response is a JSON-RPC error (the SDK answers some refusals in plain text,
     e.g. 421 for a bad Host or 413 for a large body), and a 503 carries Retry-After."""
     held: dict[str, Any] = {}
@@ -242,14 +230,15 @@ def _json_errors(send: Send) -> Send:
                 return
             if status == 503:
                 headers = MutableHeaders(raw=list(message.get("headers") or []))
-                headers.setdefault("retry-after", "2")
+                headers.setdefault("retry-after", str(Unavailable.retry_after))
                 message = {**message, "headers": headers.raw}
         elif message["type"] == "http.response.body" and "status" in held:
             held["body"] += message.get("body", b"")
             if not message.get("more_body", False):
                 status = held["status"]
                 text = held["body"].decode("utf-8", "replace").strip() or HTTPStatus(status).phrase
-                await _send_error(send, _Refused(status, INVALID_REQUEST, text, 2 if status == 503 else None))
+                retry = {"Retry-After": str(Unavailable.retry_after)} if status == 503 else None
+                await _send_error(scope, send, Refused(status, text, retry))
             return
         await send(message)
 
@@ -323,17 +312,17 @@ class McpFace:
             if key is not None:
                 key = self.store.check_id(str(key).strip())
                 self._opening[key] += 1
-                session, created = await self._attach(key, env_cls, seed, config, "seed" in extra)
+                session, created = await self.store.open(key, env_cls, seed=seed, config=config, created_by="mcp")
+                if not created and session.created_by == "mcp" and (session.step_count or session.finished):
+                    # The same row run again: a fresh episode, identical to the first (same seed, same config).
+                    await self.store.reset(session, seed if "seed" in extra else session.seed)
                 task = None
             else:
-                if self.store.closing:
-                    raise ShuttingDown()
-                if len(self.store) >= self.settings.max_sessions:
-                    raise CapacityReached(self.settings.max_sessions)
-                task = await self._task(env_cls, seed, config)
+                # The key is the transport id the SDK mints while answering: the session is created then.
+                task = await self.store.task_for(env_cls, seed, config)
         except OrsError as exc:
             self._done_opening(key)
-            await _send_error(send, _Refused.of(exc), message.get("id"))
+            await _send_error(scope, send, exc, message.get("id"))
             return
 
         bound: list[str] = []
@@ -354,9 +343,9 @@ class McpFace:
                         except OrsError as exc:
                             # Lost a race for the last slot: refuse; the unbound transport idles out.
                             replaced = True
-                            await _send_error(send, _Refused.of(exc), message.get("id"))
+                            await _send_error(scope, send, exc, message.get("id"))
                             return
-                    self._bindings[transport_id] = _Binding(session, env_cls)
+                    self._bindings[transport_id] = _Binding(session)
                     bound.append(transport_id)
             await send(reply)
 
@@ -373,34 +362,6 @@ class McpFace:
             self._opening[key] -= 1
             if not self._opening[key]:
                 del self._opening[key]
-
-    async def _task(self, env_cls: type[Environment], seed: int | None, config: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return await anyio.to_thread.run_sync(env_cls.task_from_seed, seed, config)
-        except (LookupError, ValueError, TypeError) as exc:
-            raise BadRequest(f"no task for seed {seed!r} and config {config!r}: {type(exc).__name__}: {exc}") from None
-
-    async def _attach(
-        self, key: str, env_cls: type[Environment], seed: int | None, config: dict[str, Any], has_seed: bool
-    ) -> tuple[Session, bool]:
-        """The live session `key` of `env_cls` for a new transport, and whether it was created here."""
-        for _ in range(3):
-            try:
-                session = self.store.get(key)
-            except (SessionNotFound, SessionDeleted):
-                task = await self._task(env_cls, seed, config)
-                try:
-                    session = self.store.create(key, env_cls, task, seed=seed, config=config, created_by="mcp")
-                except SessionExists:
-                    continue  # created meanwhile by another request: attach to it
-                return session, True
-            if session.env_cls is not env_cls:
-                raise WrongEnvironment(session.env_name, env_cls.name)
-            if session.created_by == "mcp" and (session.step_count or session.finished):
-                # The same row run again: a fresh episode, identical to the first (same seed, same config).
-                await self.store.reset(session, seed if has_seed else session.seed)
-            return session, False
-        raise SessionExists()
 
     async def close(self, transport_id: str, how: str) -> None:
         """A transport ended (DELETE, idle, or unknown to the manager): end its episode if nobody else uses it."""
@@ -445,8 +406,8 @@ class McpFace:
     ) -> None:
         """A request of an existing transport: track it, refresh its episode, and end it on DELETE."""
         binding = self._bindings.get(transport_id)
-        if binding is not None and binding.env_cls is not env_cls:
-            raise _Refused(404, INVALID_REQUEST, "Session not found")  # a transport belongs to its endpoint
+        if binding is not None and binding.session.env_cls is not env_cls:
+            raise Refused(404, "Session not found")  # a transport belongs to its endpoint
         if binding is not None:
             binding.in_flight += 1
             self._current(binding.session)  # refreshes the episode's idle timer
@@ -463,7 +424,7 @@ class McpFace:
         except anyio.ClosedResourceError:
             # The transport was closed (a DELETE) while this request was in flight.
             if status == 0:
-                await _send_error(send, _Refused(404, INVALID_REQUEST, "Session not found"))
+                await _send_error(scope, send, Refused(404, "Session not found"))
         finally:
             if binding is not None:
                 binding.in_flight -= 1
@@ -487,7 +448,7 @@ class McpFace:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         _, binding = self._binding(ctx)
-        env_cls = binding.env_cls if binding is not None else self._path_env(ctx)
+        env_cls = binding.session.env_cls if binding is not None else self._path_env(ctx)
         return types.ListToolsResult(tools=_tools(env_cls))
 
     async def _call_tool(
@@ -545,7 +506,7 @@ class _Endpoint:
         self.face = face
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        send = _json_errors(send)
+        send = _json_errors(scope, send)
         try:
             env_cls = self.face.registry.get(scope.get("path_params", {}).get("env"))
             transport_id = Headers(scope=scope).get(SESSION_HEADER)
@@ -556,9 +517,12 @@ class _Endpoint:
             else:
                 await self.face.manager.handle_request(scope, receive, send)
         except OrsError as exc:
-            await _send_error(send, _Refused.of(exc))
-        except _Refused as refusal:
-            await _send_error(send, refusal)
+            await _send_error(scope, send, exc)
 
 
-__all__ = ["McpFace", "render"]
+def face(core: Core) -> Face:
+    mcp = McpFace(core.registry, core.store, core.settings)
+    return Face("mcp", mcp.routes(), render_error, lifespan=mcp.run, state={"mcp": mcp})
+
+
+__all__ = ["McpFace", "face", "render", "render_error", "rpc_error"]

@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 from sse_starlette import ServerSentEvent
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -33,6 +32,7 @@ from ors_server.errors import (
     OrsError,
     Unavailable,
 )
+from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.sessions import CallResult, Session, SessionStore, ToolCall, ToolCrashed, ToolRejected, run_user_code
 from ors_server.types import Blocks, Split, ToolOutput
@@ -94,10 +94,13 @@ class CallBody(_Body):
         return self
 
 
-class BodyInvalid(Exception):
+class BodyInvalid(OrsError):
     """A request body that does not parse or validate: 422 with FastAPI's list of errors."""
 
+    status = 422
+
     def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__("request body is invalid")
         self.errors = errors
 
 
@@ -164,7 +167,7 @@ def _secrets(request: Request, body: CreateBody) -> dict[str, str]:
 async def _split_name(env_cls: type[Environment], split: str) -> str:
     names = [Split.of(s).name for s in await run_user_code(env_cls.list_splits)]
     if split not in names:
-        raise InvalidSplit(split)
+        raise InvalidSplit()
     return split
 
 
@@ -283,13 +286,9 @@ async def delete_session(request: Request) -> Response:
 
 
 async def prompt(request: Request) -> Response:
-    session = await _store(request).get_ready(_session_id(request), _path_env_name(request))
-    assert session.env is not None
-    try:
-        blocks = _blocks.validate_python(await run_user_code(session.env.get_prompt))
-    except Exception as exc:
-        raise OrsError(session.redact(f"get_prompt failed: {type(exc).__name__}: {exc}")) from None
-    return JSONResponse(_blocks.dump_python(blocks, mode="json"))
+    store = _store(request)
+    session = await store.get_ready(_session_id(request), _path_env_name(request))
+    return JSONResponse(_blocks.dump_python(await store.read_prompt(session), mode="json"))
 
 
 async def task_tools(request: Request) -> Response:
@@ -342,41 +341,15 @@ def render_result(result: CallResult) -> list[ServerSentEvent]:
     return [sse.event("error", result.message)]
 
 
-# Errors: one mapper from the domain tree to `{"detail": ...}`.
+# Errors: one renderer from the domain tree to `{"detail": ...}`.
 
 
-async def _ors_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, OrsError)
-    headers = {}
-    if isinstance(exc, Unavailable):
-        headers["Retry-After"] = str(exc.retry_after)
-        if exc.backend_state:
-            headers["X-Backend-State"] = exc.backend_state
-    return JSONResponse({"detail": exc.message}, exc.status, headers=headers)
-
-
-async def _body_invalid(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, BodyInvalid)
-    return JSONResponse({"detail": exc.errors}, 422)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
-
-
-async def _server_error(request: Request, exc: Exception) -> Response:
-    # A fixed message: exception text may carry environment internals or secrets.
-    return JSONResponse({"detail": "Internal server error"}, 500)
-
-
-def exception_handlers() -> dict[Any, Any]:
-    return {
-        OrsError: _ors_error,
-        BodyInvalid: _body_invalid,
-        HTTPException: _http_error,
-        Exception: _server_error,
-    }
+def render_error(exc: OrsError) -> Response:
+    headers = exc.headers
+    if isinstance(exc, Unavailable) and exc.backend_state:
+        headers = {**headers, "X-Backend-State": exc.backend_state}
+    detail = exc.errors if isinstance(exc, BodyInvalid) else exc.message
+    return JSONResponse({"detail": detail}, exc.status, headers=headers)
 
 
 # Routes: one table, from which both the router and the OpenAPI document are built.
@@ -425,3 +398,11 @@ def env_routes() -> list[BaseRoute]:
     prefixed: list[BaseRoute] = [Route("/{env}" + e.path, e.handler, methods=[e.method]) for e in per_env]
     bare: list[BaseRoute] = [Route(e.path, e.handler, methods=[e.method]) for e in per_env]
     return prefixed + bare
+
+
+def face(core: Core) -> Face:
+    from ors_server.faces.openapi import openapi
+
+    # The hot paths (tool calls) first: Starlette tries routes in order.
+    routes = [*env_routes(), *root_routes(), Route("/openapi.json", openapi)]
+    return Face("ors", routes, render_error)

@@ -112,3 +112,25 @@ async def test_a_transport_never_drives_a_later_episode_that_reuses_its_key():
             fresh = await call(http, f"{base}/mcp", new, "increment", {"by": 1})
     assert stale["isError"] is True and "ended" in stale["content"][0]["text"]
     assert json.loads(fresh["content"][0]["text"]) == {"count": 101}
+
+
+class Unseedable(Counter):
+    name = "unseedable"
+
+    @classmethod
+    def task_from_seed(cls, seed, config):
+        raise LookupError(f"no row for seed {seed}")
+
+
+async def test_a_failing_task_from_seed_is_a_400_on_every_face_that_opens_sessions():
+    with server(Unseedable) as base:
+        async with httpx.AsyncClient() as http:
+            initialize = await raw_initialize(http, f"{base}/mcp", {"session_id": "row", "seed": 3})
+            transportless = await raw_initialize(http, f"{base}/mcp", {"seed": 4})
+            state = await http.get(f"{base}/control/initial_state", headers={"mcp-session-id": "row"})
+            listed = await http.get(f"{base}/control/reward", headers={"mcp-session-id": "row"})
+    assert initialize.status_code == transportless.status_code == state.status_code == 400
+    assert "LookupError: no row for seed 3" in initialize.json()["error"]["message"]
+    assert "LookupError: no row for seed 4" in transportless.json()["error"]["message"]
+    assert "LookupError: no row for seed None" in state.json()["error"]
+    assert listed.status_code == 404  # nothing was created
