@@ -67,6 +67,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--api-key", default=None, help="require this key (default: $ORS_API_KEY; none: open)")
     serve.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]")
+    serve.add_argument(
+        "--codeact",
+        action="store_true",
+        help="offer execute_code (Python that calls the tools) in every session; sandboxed with bwrap, "
+        "or unsandboxed with ORS_CODEACT_SANDBOX=none",
+    )
+    serve.add_argument(
+        "--codeact-timeout",
+        type=float,
+        default=Settings.codeact_timeout,
+        metavar="S",
+        help="wall-clock seconds one execute_code step may run",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
     envs = commands.add_parser("envs", help="list environments with their tools and splits")
@@ -99,10 +112,29 @@ def main(argv: Sequence[str] | None = None) -> None:
             api_key=args.api_key,
             allowed_hosts=tuple(args.allowed_host),
             log_level=args.log_level,
+            codeact=args.codeact,
+            codeact_timeout=args.codeact_timeout,
         )
     except ValueError as exc:
         raise SystemExit(f"ors-server: {exc}") from None
+    if settings.codeact:
+        _check_codeact(settings)
     Server(environments, settings).run()
+
+
+def _check_codeact(settings: Settings) -> None:
+    from ors_server.codeact import SandboxUnavailable, check_sandbox, sandbox_mode
+
+    try:
+        check_sandbox(sandbox_mode(settings.codeact_sandbox))
+    except SandboxUnavailable as exc:
+        raise SystemExit(f"ors-server: --codeact: {exc}") from None
+    if settings.codeact_sandbox == "none":
+        print(
+            "ors-server: WARNING: ORS_CODEACT_SANDBOX=none: execute_code runs agent code WITHOUT a sandbox, "
+            "with this server's user's access to files and the network",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ors_server.codeact.tool import EXECUTE_CODE
 from ors_server.faces import FaceTable
 from ors_server.sessions import Session, SessionStore
 
@@ -77,7 +78,7 @@ class Metrics:
 
     def _on_call(self, session: Session, tool: str, outcome: str, seconds: float) -> None:
         # Unknown tool names come from clients: keep them out of the label space.
-        label = tool if tool in session.env_cls.tools else "<unknown>"
+        label = tool if tool in session.env_cls.tools or tool == EXECUTE_CODE else "<unknown>"
         key = (session.env_name, label, outcome)
         children = self._call_children.get(key)
         if children is None:  # labels() takes a lock and builds a key each time: look each series up once

@@ -25,7 +25,16 @@ import anyio
 import anyio.abc
 from pydantic import TypeAdapter, ValidationError
 
-from ors_server.environment import Environment
+from ors_server.codeact import Limits, SandboxUnavailable, ToolCallFailed, run_step, sandbox_mode
+from ors_server.codeact.tool import (
+    EXECUTE_CODE_TOOL,
+    codeact_wanted,
+    observation,
+    tool_specs,
+    tool_value,
+    with_execute_code,
+)
+from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
@@ -40,7 +49,7 @@ from ors_server.errors import (
     WrongEnvironment,
 )
 from ors_server.settings import Settings
-from ors_server.types import Blocks, ToolOutput
+from ors_server.types import Blocks, TextBlock, ToolOutput
 
 logger = logging.getLogger("ors_server.sessions")
 
@@ -463,7 +472,24 @@ class SessionStore:
             await self.discard(session_id, "reaped")
         return len(idle)
 
-    # The call pipeline.
+    # The tools a client sees, and the call pipeline.
+
+    def codeact(self, session: Session) -> bool:
+        """Whether `session` offers `execute_code`: its task spec's or binding config's `"codeact"`, else
+        the server's `--codeact`."""
+        return codeact_wanted(self.settings.codeact, session.task_spec, session.config)
+
+    def tools(self, env_cls: type[Environment], session: Session | None = None) -> list[ToolDef]:
+        """The tools of `session` (or, without one, of a new session of `env_cls`), as every face lists them:
+        the environment's own, plus `execute_code` when CodeAct is on."""
+        tools = list(env_cls.tools.values())
+        on = self.codeact(session) if session is not None else self.settings.codeact
+        return with_execute_code(tools) if on else tools
+
+    def _tool(self, session: Session, name: str) -> ToolDef | None:
+        if self.codeact(session):
+            return next((t for t in self.tools(session.env_cls, session) if t.name == name), None)
+        return session.env_cls.tools.get(name)
 
     def start_call(self, session: Session, name: str, arguments: Any) -> ToolCall:
         """Start a tool call in the background and return its handle (the call survives client disconnects)."""
@@ -494,7 +520,10 @@ class SessionStore:
         try:
             async with session.lock:
                 result = await self._invoke(session, call.name, arguments)
-                self._record(session, result)
+                if self._tool(session, call.name) is EXECUTE_CODE_TOOL and isinstance(result, ToolOutput):
+                    self._record_step(session, result)
+                else:
+                    self._record(session, result)
         finally:
             session.running_calls -= 1
             session.touch()
@@ -502,10 +531,13 @@ class SessionStore:
             call.ended_at = time.monotonic()
             session.ended_calls.append((call.ended_at, call.id))
             call.done.set()
+        self._count(session, call.name, result, call.ended_at - started)
+
+    def _count(self, session: Session, name: str, result: CallResult, seconds: float) -> None:
         outcome = _outcome(result)
         self.counts["calls_" + outcome] += 1
         for listener in self.on_call:
-            listener(session, call.name, outcome, call.ended_at - started)
+            listener(session, name, outcome, seconds)
 
     async def _invoke(self, session: Session, name: str, arguments: Any) -> CallResult:
         if session.state is State.DELETED:
@@ -516,7 +548,7 @@ class SessionStore:
                 f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
                 "so no further tool calls are accepted.",
             )
-        tool = session.env_cls.tools.get(name)
+        tool = self._tool(session, name)
         if tool is None:
             return ToolRejected("not_found", f"'{name}' is not a valid tool")
         args: tuple[Any, ...] = ()
@@ -531,6 +563,8 @@ class SessionStore:
             return ToolRejected("input_validation", f"Tool input validation error: '{name}' takes no arguments")
         if session.env is None:
             return ToolRejected("session_ended", f"'{name}' was not run: the session has no live environment.")
+        if tool is EXECUTE_CODE_TOOL:
+            return await self._execute_code(session, args[0].code)
         timeout = self.settings.tool_timeout
         try:
             if timeout is None:
@@ -551,6 +585,63 @@ class SessionStore:
                 f"'{name}' returned {size} characters, more than the limit of {self.settings.max_output_chars}",
             )
         return output
+
+    async def _execute_code(self, session: Session, code: str) -> CallResult:
+        """One CodeAct step. It runs inside the session lock its call holds, so the code's tool calls go
+        straight into `_invoke` (taking the lock again would deadlock): each is validated, run, counted and
+        recorded like a call from a face. The step's reward is the sum of theirs; it finished the episode if
+        one of them did. A step that failed before any tool call succeeded is a crash (nothing to report);
+        after one, its observation carries the error along with the rewards earned."""
+        reward, finished, truncated, succeeded = 0.0, False, False, 0
+
+        async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
+            nonlocal reward, finished, truncated, succeeded
+            if name == EXECUTE_CODE_TOOL.name:
+                raise ToolCallFailed("execute_code cannot be called from inside code")
+            started = time.monotonic()
+            result = await self._invoke(session, name, arguments)
+            self._record(session, result)
+            self._count(session, name, result, time.monotonic() - started)
+            if not isinstance(result, ToolOutput):
+                raise ToolCallFailed(result.message)
+            succeeded += 1
+            reward += float(result.reward or 0.0)
+            finished, truncated = finished or result.finished, truncated or result.truncated
+            return tool_value(result)
+
+        settings = self.settings
+        timeout = settings.codeact_timeout
+        if settings.tool_timeout is not None:
+            timeout = min(timeout, settings.tool_timeout)
+        limits = Limits(
+            timeout=timeout,
+            memory_bytes=settings.codeact_memory_bytes,
+            output_chars=min(settings.codeact_output_chars, settings.max_output_chars),
+        )
+        tools = tool_specs(self.tools(session.env_cls, session))
+        try:
+            sandbox = sandbox_mode(settings.codeact_sandbox)
+            step = await run_step(code, tools, call_tool, limits=limits, sandbox=sandbox)
+        except (SandboxUnavailable, OSError) as exc:
+            return ToolCrashed(f"execute_code could not start: {exc}")
+        if step.stderr:
+            logger.debug("execute_code stderr: %s", session.redact(step.stderr), extra={"session_id": session.id})
+        text = session.redact(observation(step))
+        if step.error is not None and not succeeded:
+            return ToolCrashed(text)
+        return ToolOutput(
+            blocks=[TextBlock(text=text)],
+            metadata={"tool_calls": step.tool_calls},
+            reward=reward,
+            finished=finished,
+            truncated=truncated,
+        )
+
+    def _record_step(self, session: Session, step: ToolOutput) -> None:
+        """Record a CodeAct step: its tool calls were counted and recorded one by one already, so the step
+        only sets what a client reads as "the last reward" (their sum) and the info."""
+        session.last_reward = float(step.reward or 0.0)
+        session.info = dict(step.metadata or {})
 
     def _record(self, session: Session, result: CallResult) -> None:
         if not isinstance(result, ToolOutput):

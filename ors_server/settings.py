@@ -36,19 +36,45 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()
     """Extra Host header values MCP accepts besides loopback (DNS-rebinding protection)."""
     log_level: str = "info"
+    codeact: bool = False
+    """Offer `execute_code` in every session (a session's task spec or binding config may say otherwise)."""
+    codeact_sandbox: str = "bwrap"
+    """How CodeAct steps are contained: 'bwrap', or 'none' (unsandboxed; `ORS_CODEACT_SANDBOX=none`)."""
+    codeact_timeout: float = 30.0
+    """Wall-clock seconds one `execute_code` step may run, its tool calls included."""
+    codeact_memory_bytes: int = 512 * 1024 * 1024
+    """The address-space limit of a step's process."""
+    codeact_output_chars: int = 64 * 1024
+    """What a step prints, and its value, are each cut to this many characters."""
 
     def __post_init__(self) -> None:
-        positive = ("session_timeout", "ready_wait", "sse_keepalive", "call_linger", "teardown_timeout")
+        positive = (
+            "session_timeout",
+            "ready_wait",
+            "sse_keepalive",
+            "call_linger",
+            "teardown_timeout",
+            "codeact_timeout",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        for name in ("max_sessions", "max_output_chars", "max_body_bytes", "tombstones"):
+        for name in (
+            "max_sessions",
+            "max_output_chars",
+            "max_body_bytes",
+            "tombstones",
+            "codeact_memory_bytes",
+            "codeact_output_chars",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
         if self.tool_timeout is not None and self.tool_timeout <= 0:
             raise ValueError(f"tool_timeout must be positive or None, got {self.tool_timeout!r}")
         if self.shutdown_grace < 0:
             raise ValueError(f"shutdown_grace must not be negative, got {self.shutdown_grace!r}")
+        if self.codeact_sandbox not in ("bwrap", "none"):
+            raise ValueError(f"codeact_sandbox must be 'bwrap' or 'none', got {self.codeact_sandbox!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port!r}")
 
@@ -61,4 +87,6 @@ class Settings:
         """Settings from keyword overrides, with the API key from `ORS_API_KEY` when not given."""
         if overrides.get("api_key") is None and os.environ.get("ORS_API_KEY"):
             overrides["api_key"] = os.environ["ORS_API_KEY"]
+        if overrides.get("codeact_sandbox") is None and os.environ.get("ORS_CODEACT_SANDBOX"):
+            overrides["codeact_sandbox"] = os.environ["ORS_CODEACT_SANDBOX"].strip().lower()
         return cls(**overrides)  # type: ignore[arg-type]

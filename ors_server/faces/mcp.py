@@ -51,7 +51,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -70,7 +70,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
-from ors_server.environment import Environment
+from ors_server.environment import Environment, ToolDef
 from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionNotFound, Unavailable
 from ors_server.faces import Core, Face
 from ors_server.registry import Registry
@@ -121,12 +121,9 @@ class _Binding:
     last_seen: float = field(default_factory=anyio.current_time)
 
 
-def _tools(env_cls: type[Environment]) -> list[types.Tool]:
-    """The tool list of an environment: the same specs as ORS `/tools`."""
-    return [
-        types.Tool(name=t.name, description=t.description, input_schema=t.schema or EMPTY_SCHEMA)
-        for t in env_cls.tools.values()
-    ]
+def _tools(tools: Sequence[ToolDef]) -> list[types.Tool]:
+    """The tool list of a session or an environment: the same specs as ORS `/task_tools` and `/tools`."""
+    return [types.Tool(name=t.name, description=t.description, input_schema=t.schema or EMPTY_SCHEMA) for t in tools]
 
 
 def _error_result(message: str) -> types.CallToolResult:
@@ -448,8 +445,9 @@ class McpFace:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         _, binding = self._binding(ctx)
-        env_cls = binding.session.env_cls if binding is not None else self._path_env(ctx)
-        return types.ListToolsResult(tools=_tools(env_cls))
+        if binding is not None:
+            return types.ListToolsResult(tools=_tools(self.store.tools(binding.session.env_cls, binding.session)))
+        return types.ListToolsResult(tools=_tools(self.store.tools(self._path_env(ctx))))
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

@@ -12,7 +12,7 @@ import base64
 import binascii
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ors_server import sse
-from ors_server.environment import Environment
+from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
     InvalidIndex,
@@ -171,9 +171,8 @@ async def _split_name(env_cls: type[Environment], split: str) -> str:
     return split
 
 
-def tool_specs(env_cls: type[Environment]) -> dict[str, Any]:
-    tools = [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in env_cls.tools.values()]
-    return {"tools": tools}
+def tool_specs(tools: Sequence[ToolDef]) -> dict[str, Any]:
+    return {"tools": [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in tools]}
 
 
 # Discovery.
@@ -194,7 +193,7 @@ async def list_environments(request: Request) -> Response:
 
 
 async def tools(request: Request) -> Response:
-    return JSONResponse(tool_specs(_path_env(request)))
+    return JSONResponse(tool_specs(_store(request).tools(_path_env(request))))
 
 
 async def splits(request: Request) -> Response:
@@ -293,7 +292,7 @@ async def prompt(request: Request) -> Response:
 
 async def task_tools(request: Request) -> Response:
     session = _store(request).get(_session_id(request), _path_env_name(request))
-    return JSONResponse(tool_specs(session.env_cls))
+    return JSONResponse(tool_specs(_store(request).tools(session.env_cls, session)))
 
 
 async def call(request: Request) -> Response:
