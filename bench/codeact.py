@@ -104,7 +104,9 @@ async def measure(url: str, args: argparse.Namespace) -> None:
         inside.append(await fresh_round(url, one_step, args))
     calls, step = statistics.median(separate), statistics.median(inside)
     sandbox = os.environ.get("ORS_CODEACT_SANDBOX") or "bwrap"
-    print(f"{args.sessions} sessions x {args.moves} FrozenLake moves, median of {args.rounds} rounds (sandbox {sandbox})")
+    print(
+        f"{args.sessions} sessions x {args.moves} FrozenLake moves, median of {args.rounds} rounds (sandbox {sandbox})"
+    )
     print(f"  {args.moves} MCP tools/call round trips : {calls * 1000:8.1f} ms per round")
     print(f"  1 execute_code step          : {step * 1000:8.1f} ms per round")
     print(f"  ratio (tool calls / CodeAct) : {calls / step:8.2f}x")
