@@ -80,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="wall-clock seconds one execute_code step may run",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve from N worker processes behind a session-routing front (--max-sessions is split over them)",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
     envs = commands.add_parser("envs", help="list environments with their tools and splits")
@@ -119,6 +126,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"ors-server: {exc}") from None
     if settings.codeact:
         _check_codeact(settings)
+    if args.workers is not None:
+        from ors_server.scale import local
+
+        if args.workers < 1:
+            raise SystemExit("ors-server: --workers must be at least 1")
+        local.serve(args.env, settings, args.workers)
+        return
     Server(environments, settings).run()
 
 

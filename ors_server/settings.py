@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 
+from ors_server.scale.ids import WorkerTag
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -46,6 +48,8 @@ class Settings:
     """The address-space limit of a step's process."""
     codeact_output_chars: int = 64 * 1024
     """What a step prints, and its value, are each cut to this many characters."""
+    worker_tag: str | None = None
+    """Set on a worker behind a front (`w<index>-<incarnation>`): the session ids it mints name it."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -75,6 +79,8 @@ class Settings:
             raise ValueError(f"shutdown_grace must not be negative, got {self.shutdown_grace!r}")
         if self.codeact_sandbox not in ("bwrap", "none"):
             raise ValueError(f"codeact_sandbox must be 'bwrap' or 'none', got {self.codeact_sandbox!r}")
+        if self.worker_tag is not None:
+            WorkerTag.parse(self.worker_tag)
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port!r}")
 

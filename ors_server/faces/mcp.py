@@ -74,6 +74,8 @@ from ors_server.environment import Environment, ToolDef
 from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionNotFound, Unavailable
 from ors_server.faces import Core, Face
 from ors_server.registry import Registry
+from ors_server.scale.ids import worker_tag
+from ors_server.scale.tagging import public_id, tagged_transport
 from ors_server.sessions import Session, SessionStore, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
 from ors_server.types import ImageBlock, TextBlock, ToolOutput
@@ -259,6 +261,9 @@ class McpFace:
             max_request_body_size=settings.max_body_bytes,
             max_sessions=settings.max_sessions,
         )
+        # Behind a front, transport ids carry the worker's tag (the SDK mints them untagged).
+        self.tag = worker_tag(settings.worker_tag)
+        self.transport = tagged_transport(self.manager.handle_request, self.tag)
         self._bindings: dict[str, _Binding] = {}
         self._opening: Counter[str] = Counter()
         """Keys with an `initialize` in progress: a transport closing meanwhile must not end their episode."""
@@ -295,7 +300,7 @@ class McpFace:
         except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
             message = None  # the transport answers the parse error
         if not (isinstance(message, dict) and message.get("method") == "initialize"):
-            await self.manager.handle_request(scope, _replay(body, receive), send)
+            await self.transport(scope, _replay(body, receive), send)
             return
         extra = _object(_object(_object(message.get("params")).get("clientInfo")).get("_extra"))
         try:
@@ -347,7 +352,7 @@ class McpFace:
             await send(reply)
 
         try:
-            await self.manager.handle_request(scope, _replay(body, receive), bind)
+            await self.transport(scope, _replay(body, receive), bind)
         finally:
             self._done_opening(key)
             if created and not bound and session is not None:
@@ -417,7 +422,7 @@ class McpFace:
             await send(reply)
 
         try:
-            await self.manager.handle_request(scope, receive, watch)
+            await self.transport(scope, receive, watch)
         except anyio.ClosedResourceError:
             # The transport was closed (a DELETE) while this request was in flight.
             if status == 0:
@@ -434,7 +439,7 @@ class McpFace:
 
     def _binding(self, ctx: ServerRequestContext[Any, Any]) -> tuple[str | None, _Binding | None]:
         request = ctx.request
-        transport_id = request.headers.get(SESSION_HEADER) if request is not None else None
+        transport_id = public_id(self.tag, request.headers.get(SESSION_HEADER) if request is not None else None)
         return transport_id, self._bindings.get(transport_id) if transport_id else None
 
     def _path_env(self, ctx: ServerRequestContext[Any, Any]) -> type[Environment]:
@@ -513,7 +518,7 @@ class _Endpoint:
             elif transport_id is not None:
                 await self.face.forward(scope, receive, send, transport_id, env_cls)
             else:
-                await self.face.manager.handle_request(scope, receive, send)
+                await self.face.transport(scope, receive, send)
         except OrsError as exc:
             await _send_error(scope, send, exc)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from ors_server.errors import (
 )
 from ors_server.faces import Core, Face
 from ors_server.registry import Registry
+from ors_server.scale import ids
 from ors_server.sessions import CallResult, Session, SessionStore, ToolCall, ToolCrashed, ToolRejected, run_user_code
 from ors_server.types import Blocks, Split, ToolOutput
 
@@ -247,7 +247,7 @@ async def task_range(request: Request) -> Response:
 
 
 async def create_session(request: Request) -> Response:
-    sid = str(uuid.uuid4())
+    sid = ids.mint(request.app.state.settings.worker_tag)
     if "text/event-stream" in request.headers.get("accept", ""):
         # The official clients read the sid from an SSE `task_id` event (a JSON reply makes them retry forever).
         body = sse.event("task_id", sid).encode() + sse.event("end", "").encode()

@@ -1,0 +1,398 @@
+"""The front: one address for a deployment, routing every request to the worker that owns its session.
+
+It holds no session state (so several fronts can serve one deployment): the owner of a request follows
+from its session key (`keys`) and the worker table (`table`). Bodies are forwarded byte for byte and the
+client's `Host` is kept (the MCP face's DNS-rebinding check reads it); streamed replies (SSE) are passed on
+chunk by chunk with no read timeout, and a WebSocket is bridged frame by frame to the worker chosen at the
+upgrade. What the front answers itself, it answers as one server would, in the face's own error shape:
+410 for a session whose worker is gone, 503 with Retry-After when no worker can take a request now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import websockets
+from starlette.types import Receive, Scope, Send
+from websockets.asyncio.client import ClientConnection
+
+from ors_server.faces.shapes import error_response
+from ors_server.scale import metrics as merged
+from ors_server.scale.keys import header_key, is_create, is_mcp_post, read_initialize
+from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
+from ors_server.scale.upstream import Upstream, WorkerUnreachable
+
+logger = logging.getLogger("ors_server.front")
+
+SCRAPE_TIMEOUT = 5.0
+WS_HEADERS_NOT_FORWARDED = frozenset(
+    {"host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
+    | {"sec-websocket-protocol", "content-length", "transfer-encoding"}
+)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class Front:
+    """The front's ASGI app over a worker table that someone else keeps current (a supervisor or Ray)."""
+
+    def __init__(
+        self,
+        table: WorkerTable,
+        *,
+        max_body_bytes: int,
+        lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
+        on_unreachable: Callable[[Worker], None] | None = None,
+    ) -> None:
+        self.table = table
+        self.max_body_bytes = max_body_bytes
+        self.lifespan = lifespan
+        self.on_unreachable = on_unreachable
+        self.upstreams: dict[Any, Upstream] = {}
+        self.outcomes: Counter[tuple[str, str]] = Counter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self.websocket(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    # Routing.
+
+    def _route(self, scope: Scope, key: str | None, creates: bool) -> Worker:
+        """The worker for this request; raises Lost (410) or Unavailable (503) when there is none."""
+        if key is None:
+            return self.table.place()
+        try:
+            return self.table.owner(key)
+        except Unavailable:
+            if creates:
+                raise
+            raise Lost(key) from None
+
+    def _upstream(self, worker: Worker) -> Upstream:
+        upstream = self.upstreams.get(worker.tag)
+        if upstream is None or upstream.address != worker.address:
+            upstream = self.upstreams[worker.tag] = Upstream(worker.address)
+        return upstream
+
+    def unreachable(self, worker: Worker) -> None:
+        """Nothing answers at `worker`'s address: it is dead; its sessions answer 410 from now on."""
+        if self.table.mark(worker.tag, State.DEAD):
+            logger.warning("worker %s at %s is unreachable: marked dead", worker.tag, worker.address)
+        upstream = self.upstreams.pop(worker.tag, None)
+        if upstream is not None:
+            upstream.close()
+        if self.on_unreachable is not None:
+            self.on_unreachable(worker)
+
+    # HTTP.
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        if path == "/health" and scope["method"] in ("GET", "HEAD"):
+            return await self._health(scope, receive, send)
+        if path == "/metrics" and scope["method"] == "GET":
+            return await self._metrics(scope, receive, send)
+        try:
+            body = await self._read_body(scope, receive)
+        except _TooLarge:
+            response = error_response(path, 413, f"request body larger than {self.max_body_bytes} bytes")
+            return await response(scope, receive, send)
+        except _ClientGone:
+            return
+        key = header_key(scope)
+        initialize = False
+        if key is None and is_mcp_post(scope):
+            initialize, key = read_initialize(body)
+        creates = initialize or is_create(scope)
+        target = scope.get("raw_path") or scope["path"].encode()
+        if scope.get("query_string"):
+            target += b"?" + scope["query_string"]
+        for attempt in range(2):
+            try:
+                worker = self._route(scope, key, creates)
+            except Lost:
+                self.outcomes["-", "lost"] += 1
+                gone = error_response(path, 410, "Session lost: the worker that held it is gone")
+                return await gone(scope, receive, send)
+            except Unavailable:
+                self.outcomes["-", "unavailable"] += 1
+                busy = error_response(path, 503, "No worker can take this request now", {"Retry-After": "1"})
+                return await busy(scope, receive, send)
+            worker.in_flight += 1
+            try:
+                reply = await self._upstream(worker).request(scope["method"], target, scope["headers"], body)
+            except WorkerUnreachable:
+                worker.in_flight -= 1
+                self.unreachable(worker)
+                if attempt == 0:
+                    continue  # a stateless request goes to another worker; a keyed one is now answered 410
+                busy = error_response(path, 503, "No worker can take this request now", {"Retry-After": "1"})
+                return await busy(scope, receive, send)
+            try:
+                await self._relay(reply, receive, send)
+                self.outcomes[str(worker.tag.index), "ok"] += 1
+            finally:
+                worker.in_flight -= 1
+            return
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
+                raise _TooLarge()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _TooLarge()
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _relay(self, reply: Any, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
+        if not reply.streaming:
+            async for chunk in reply.body():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        # A stream (SSE) may stay open for long: stop reading it as soon as the client is gone.
+        pump = asyncio.ensure_future(self._pump(reply, send))
+        gone = asyncio.ensure_future(receive())
+        try:
+            await asyncio.wait([pump, gone], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not pump.done():
+                pump.cancel()
+                reply.close()
+            gone.cancel()
+        if pump.done() and not pump.cancelled():
+            pump.result()
+
+    @staticmethod
+    async def _pump(reply: Any, send: Send) -> None:
+        try:
+            async for chunk in reply.body():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except OSError:
+            pass  # the worker died mid-stream: end the stream the client sees
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # WebSockets.
+
+    async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = header_key(scope)
+        try:
+            worker = self._route(scope, key, creates=True)
+        except (Lost, Unavailable) as exc:
+            await self._deny_ws(scope, send, 410 if isinstance(exc, Lost) else 503)
+            return
+        first = await receive()
+        if first["type"] != "websocket.connect":
+            return
+        worker.in_flight += 1
+        try:
+            try:
+                upstream = await self._connect_ws(scope, worker)
+            except websockets.InvalidStatus as refused:
+                await self._relay_refusal(scope, send, refused)
+                return
+            except (OSError, TimeoutError, websockets.InvalidHandshake):
+                self.unreachable(worker)
+                await self._deny_ws(scope, send, 410 if key else 503)
+                return
+            async with upstream:
+                await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+                await self._bridge(upstream, receive, send)
+        finally:
+            worker.in_flight -= 1
+
+    async def _connect_ws(self, scope: Scope, worker: Worker) -> ClientConnection:
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in scope["headers"]
+            if name.decode("latin-1").lower() not in WS_HEADERS_NOT_FORWARDED
+        ]
+        host = next((v.decode("latin-1") for n, v in scope["headers"] if n == b"host"), worker.address.authority)
+        target = scope.get("raw_path") or scope["path"].encode()
+        if scope.get("query_string"):
+            target += b"?" + scope["query_string"]
+        # The URI carries the client's Host; the socket goes to the worker.
+        uri = f"ws://{host}{target.decode('latin-1')}"
+        options: dict[str, Any] = {
+            "additional_headers": headers,
+            "user_agent_header": None,
+            "subprotocols": scope.get("subprotocols") or None,
+            "compression": None,
+            "max_size": None,
+            "ping_interval": None,
+            "open_timeout": 10,
+        }
+        if worker.address.uds:
+            return await websockets.unix_connect(worker.address.uds, uri=uri, **options)
+        return await websockets.connect(uri, host=worker.address.host, port=worker.address.port, proxy=None, **options)
+
+    @staticmethod
+    async def _bridge(upstream: ClientConnection, receive: Receive, send: Send) -> None:
+        async def client_to_worker() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    await upstream.close(message.get("code", 1000))
+                    return
+                text = message.get("text")
+                await upstream.send(text if text is not None else message.get("bytes") or b"")
+
+        async def worker_to_client() -> None:
+            try:
+                async for data in upstream:
+                    if isinstance(data, str):
+                        await send({"type": "websocket.send", "text": data})
+                    else:
+                        await send({"type": "websocket.send", "bytes": data})
+            except websockets.ConnectionClosed:
+                pass
+            code = upstream.close_code or 1000
+            await send({"type": "websocket.close", "code": code, "reason": upstream.close_reason or ""})
+
+        tasks = [asyncio.ensure_future(client_to_worker()), asyncio.ensure_future(worker_to_client())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    @staticmethod
+    async def _deny_ws(scope: Scope, send: Send, status: int) -> None:
+        if "websocket.http.response" in scope.get("extensions", {}):
+            message = "Session lost: the worker that held it is gone" if status == 410 else "No worker available"
+            body = json.dumps({"detail": message}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1011 if status == 503 else 4410})
+
+    @staticmethod
+    async def _relay_refusal(scope: Scope, send: Send, refused: websockets.InvalidStatus) -> None:
+        response = refused.response
+        if "websocket.http.response" in scope.get("extensions", {}):
+            body = response.body or b""
+            headers = [
+                (name.lower().encode("latin-1"), value.encode("latin-1"))
+                for name, value in response.headers.raw_items()
+                if name.lower() not in ("transfer-encoding", "connection", "content-length")
+            ]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({"type": "websocket.http.response.start", "status": response.status_code, "headers": headers})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1008})
+
+    # What the front answers itself.
+
+    async def _fan_out(self, scope: Scope, path: bytes) -> dict[Worker, Any]:
+        """GET `path` on every live worker at once, with the client's headers (its API key included)."""
+
+        async def fetch(worker: Worker) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+            try:
+                reply = await self._upstream(worker).request("GET", path, scope["headers"], b"")
+                chunks = [chunk async for chunk in reply.body()]
+            except WorkerUnreachable:
+                self.unreachable(worker)
+                return None
+            except OSError:
+                return None
+            return reply.status, reply.headers, b"".join(chunks)
+
+        workers = self.table.live()
+        results = await asyncio.gather(
+            *(asyncio.wait_for(fetch(w), SCRAPE_TIMEOUT) for w in workers), return_exceptions=True
+        )
+        return {w: r for w, r in zip(workers, results, strict=True) if isinstance(r, tuple)}
+
+    async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answers = await self._fan_out(scope, b"/health")
+        states = {
+            str(w.tag.index): ("ok" if w in answers and answers[w][0] == 200 else "down") for w in self.table.workers()
+        }
+        for index in range(self.table.size):
+            states.setdefault(str(index), "down")
+        healthy = any(state == "ok" for state in states.values())
+        body = json.dumps({"status": "ok" if healthy else "down", "workers": states}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200 if healthy else 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body if scope["method"] == "GET" else b""})
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answers = await self._fan_out(scope, b"/metrics")
+        refused = next((a for a in answers.values() if a[0] != 200), None)
+        if refused is not None:  # e.g. 401 without the API key: the workers' own answer
+            status, headers, body = refused
+        else:
+            scrapes = {str(w.tag.index): a[2].decode("utf-8", "replace") for w, a in answers.items()}
+            body = merged.merge(scrapes, self._own_metrics()).encode()
+            status, headers = 200, [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
+            headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _own_metrics(self) -> str:
+        lines = [
+            "# HELP ors_front_requests_total Requests the front routed, by worker and outcome",
+            "# TYPE ors_front_requests_total counter",
+        ]
+        for (worker, outcome), count in sorted(self.outcomes.items()):
+            lines.append(f'ors_front_requests_total{{worker="{worker}",outcome="{outcome}"}} {count}')
+        lines += ["# HELP ors_front_workers Worker slots by state", "# TYPE ors_front_workers gauge"]
+        states = Counter(w.state.value for w in self.table.workers())
+        for state in ("starting", "live", "draining", "dead"):
+            lines.append(f'ors_front_workers{{state="{state}"}} {states[state]}')
+        return "\n".join(lines) + "\n"
+
+    # Lifespan.
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        message = await receive()
+        assert message["type"] == "lifespan.startup"
+        if self.lifespan is None:
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        context = self.lifespan()
+        try:
+            await context.__aenter__()
+        except BaseException as exc:
+            logger.exception("the front failed to start")
+            await send({"type": "lifespan.startup.failed", "message": str(exc)})
+            return
+        await send({"type": "lifespan.startup.complete"})
+        await receive()
+        try:
+            await context.__aexit__(None, None, None)
+        finally:
+            for upstream in self.upstreams.values():
+                upstream.close()
+            await send({"type": "lifespan.shutdown.complete"})

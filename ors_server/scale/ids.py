@@ -1,0 +1,78 @@
+"""Session ids that name their worker, and the fixed slots that client-chosen ids hash to.
+
+An id a worker mints looks like `w<index>-<incarnation>-<check>:<random>`. The front routes it straight to
+that worker, so new sessions can be placed by load; a restarted worker has a new incarnation, so ids of the
+one that died are recognised as lost rather than sent to a stranger. The two hex characters of `check` make
+a client-chosen id that merely looks tagged (and fails the check) be hashed like any other client id.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from functools import cache
+from hashlib import blake2b
+
+SLOTS = 4096
+"""Client-chosen ids hash to this many slots; the worker table maps slots to workers."""
+
+_TAGGED = re.compile(r"w(\d{1,6})-(\d{1,9})-([0-9a-f]{2}):(.+)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class WorkerTag:
+    """One incarnation of one worker slot of a deployment."""
+
+    index: int
+    incarnation: int
+
+    def __str__(self) -> str:
+        return f"w{self.index}-{self.incarnation}"
+
+    @classmethod
+    def parse(cls, text: str) -> WorkerTag:
+        match = re.fullmatch(r"w(\d{1,6})-(\d{1,9})", text)
+        if match is None:
+            raise ValueError(f"worker tag must look like w<index>-<incarnation>, got {text!r}")
+        return cls(int(match[1]), int(match[2]))
+
+    def tag(self, rest: str) -> str:
+        """`rest` as an id that routes to this worker."""
+        return f"{self}-{_check(str(self), rest)}:{rest}"
+
+    def mint(self) -> str:
+        """A new random session id owned by this worker."""
+        return self.tag(str(uuid.uuid4()))
+
+
+@cache
+def worker_tag(text: str | None) -> WorkerTag | None:
+    """The parsed `Settings.worker_tag` (None for a server that is not a worker)."""
+    return WorkerTag.parse(text) if text else None
+
+
+def mint(tag: str | None) -> str:
+    """A new session id; it names the worker when the server is one (`Settings.worker_tag`)."""
+    parsed = worker_tag(tag)
+    return parsed.mint() if parsed else str(uuid.uuid4())
+
+
+def _check(prefix: str, rest: str) -> str:
+    return blake2b(f"{prefix}:{rest}".encode(), digest_size=1).hexdigest()
+
+
+def split(session_id: str) -> tuple[WorkerTag, str] | None:
+    """The worker a tagged id names and the untagged rest, or None for an id no worker minted."""
+    match = _TAGGED.fullmatch(session_id)
+    if match is None:
+        return None
+    tag = WorkerTag(int(match[1]), int(match[2]))
+    if _check(str(tag), match[4]) != match[3]:
+        return None
+    return tag, match[4]
+
+
+def slot_of(key: str) -> int:
+    """The slot of a client-chosen id: a stable hash (not Python's per-process `hash`)."""
+    return int.from_bytes(blake2b(key.encode(), digest_size=8).digest(), "big") % SLOTS

@@ -1,0 +1,68 @@
+"""One worker process: the unchanged server on a Unix socket, started by the local supervisor.
+
+`python -m ors_server.scale.worker` reads its spec (environments, settings, socket path) as JSON from
+`ORS_WORKER_SPEC`; the API key, if any, comes from `ORS_API_KEY` as for any server, never from argv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import uvicorn
+
+from ors_server.app import create_app
+from ors_server.server import _Uvicorn, configure_logging
+from ors_server.settings import Settings
+
+SPEC_VARIABLE = "ORS_WORKER_SPEC"
+
+
+def spec(envs: Sequence[str], settings: Settings, uds: str) -> str:
+    """The JSON a worker process is started with (the API key is left out: it travels in the environment)."""
+    fields: dict[str, Any] = {k: v for k, v in asdict(settings).items() if k != "api_key"}
+    return json.dumps({"envs": list(envs), "settings": fields, "uds": uds})
+
+
+def _exit_with_parent() -> None:
+    """A worker whose supervisor is gone (killed without a chance to stop it) drains and exits by itself."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main() -> None:
+    from ors_server.cli import resolve_environments
+
+    loaded = json.loads(os.environ[SPEC_VARIABLE])
+    values = loaded["settings"]
+    for name in ("envs", "allowed_hosts"):
+        values[name] = tuple(values[name])
+    settings = Settings.from_env(**values)
+    configure_logging(settings.log_level)
+    app = create_app(resolve_environments(loaded["envs"]), settings)
+    config = uvicorn.Config(
+        app,
+        uds=loaded["uds"],
+        log_level=settings.log_level,
+        timeout_keep_alive=60,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace) or None,
+    )
+    _exit_with_parent()
+    _Uvicorn(config, app.state.store).run()
+
+
+if __name__ == "__main__":
+    main()

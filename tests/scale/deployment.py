@@ -1,0 +1,108 @@
+"""`ors-server serve --workers N` as a subprocess for the tests, and ways to find and kill its workers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from ors_server.scale.ids import slot_of, split
+from tests.serving import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 60.0
+
+
+@dataclass
+class Deployment:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def worker_pids(self) -> dict[int, int]:
+        """Worker slot -> pid of the live worker processes (read from /proc: their spec names their tag)."""
+        pids: dict[int, int] = {}
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        for child in children:
+            try:
+                environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            for entry in environ:
+                if entry.startswith(b"ORS_WORKER_SPEC="):
+                    tag = json.loads(entry.split(b"=", 1)[1])["settings"]["worker_tag"]
+                    pids[int(re.match(r"w(\d+)", tag)[1])] = int(child)  # type: ignore[index]
+        return pids
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+
+def owner(session_id: str, workers: int = 2) -> int:
+    """The worker slot a session id routes to: named by a tagged id, else its hashed slot."""
+    tagged = split(session_id)
+    return tagged[0].index if tagged else slot_of(session_id) % workers
+
+
+def ids_on(worker: int, count: int, prefix: str, workers: int = 2) -> list[str]:
+    """`count` client-chosen ids that hash to `worker`."""
+    found = [f"{prefix}-{i}" for i in range(200) if owner(f"{prefix}-{i}", workers) == worker]
+    return found[:count]
+
+
+@contextlib.contextmanager
+def deployment(tmp_path: Path, *args: str, workers: int = 2, env: dict[str, str] | None = None) -> Iterator[Deployment]:
+    """`ors-server serve --workers N *args` on a free port until the block ends; then SIGTERM, bounded."""
+    port = free_port()
+    log = tmp_path / f"front-{port}.log"
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    environment.pop("ORS_API_KEY", None)
+    environment.update(env or {})
+    command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--workers", str(workers)]
+    output: IO[bytes] = log.open("wb")
+    process = subprocess.Popen([*command, *args], env=environment, stdout=output, stderr=subprocess.STDOUT)
+    running = Deployment(f"http://127.0.0.1:{port}", process, log)
+    try:
+        wait_healthy(running)
+        yield running
+    finally:
+        stop(process)
+        output.close()
+
+
+def wait_healthy(running: Deployment) -> None:
+    # An external process gives no event to wait on: poll its health, bounded.
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if running.process.poll() is not None:
+            raise AssertionError(f"the deployment exited at start:\n{running.log_tail()}")
+        try:
+            if httpx.get(f"{running.url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the deployment did not start:\n{running.log_tail()}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_TIMEOUT)
+            raise AssertionError("the deployment ignored SIGTERM") from None
