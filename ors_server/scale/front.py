@@ -22,9 +22,9 @@ import websockets
 from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection
 
-from ors_server.faces.shapes import error_response
 from ors_server.scale import metrics as merged
 from ors_server.scale.keys import header_key, is_create, is_mcp_post, read_initialize
+from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
 
@@ -51,12 +51,14 @@ class Front:
     def __init__(
         self,
         table: WorkerTable,
+        refusals: Refusals,
         *,
         max_body_bytes: int,
         lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
         on_unreachable: Callable[[Worker], None] | None = None,
     ) -> None:
         self.table = table
+        self.refusals = refusals
         self.max_body_bytes = max_body_bytes
         self.lifespan = lifespan
         self.on_unreachable = on_unreachable
@@ -111,8 +113,7 @@ class Front:
         try:
             body = await self._read_body(scope, receive)
         except _TooLarge:
-            response = error_response(path, 413, f"request body larger than {self.max_body_bytes} bytes")
-            return await response(scope, receive, send)
+            return await self.refusals.too_large(scope, self.max_body_bytes)(scope, receive, send)
         except _ClientGone:
             return
         key = header_key(scope)
@@ -128,12 +129,10 @@ class Front:
                 worker = self._route(scope, key, creates)
             except Lost:
                 self.outcomes["-", "lost"] += 1
-                gone = error_response(path, 410, "Session lost: the worker that held it is gone")
-                return await gone(scope, receive, send)
+                return await self.refusals.lost(scope)(scope, receive, send)
             except Unavailable:
                 self.outcomes["-", "unavailable"] += 1
-                busy = error_response(path, 503, "No worker can take this request now", {"Retry-After": "1"})
-                return await busy(scope, receive, send)
+                return await self.refusals.busy(scope)(scope, receive, send)
             worker.in_flight += 1
             try:
                 reply = await self._upstream(worker).request(scope["method"], target, scope["headers"], body)
@@ -142,8 +141,7 @@ class Front:
                 self.unreachable(worker)
                 if attempt == 0:
                     continue  # a stateless request goes to another worker; a keyed one is now answered 410
-                busy = error_response(path, 503, "No worker can take this request now", {"Retry-After": "1"})
-                return await busy(scope, receive, send)
+                return await self.refusals.busy(scope)(scope, receive, send)
             try:
                 await self._relay(reply, receive, send)
                 self.outcomes[str(worker.tag.index), "ok"] += 1
@@ -283,14 +281,12 @@ class Front:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    @staticmethod
-    async def _deny_ws(scope: Scope, send: Send, status: int) -> None:
+    async def _deny_ws(self, scope: Scope, send: Send, status: int) -> None:
         if "websocket.http.response" in scope.get("extensions", {}):
-            message = "Session lost: the worker that held it is gone" if status == 410 else "No worker available"
-            body = json.dumps({"detail": message}).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
-            await send({"type": "websocket.http.response.body", "body": body})
+            response = self.refusals.lost(scope) if status == 410 else self.refusals.busy(scope)
+            start = {"type": "websocket.http.response.start", "status": status, "headers": response.raw_headers}
+            await send(start)
+            await send({"type": "websocket.http.response.body", "body": response.body})
         else:
             await send({"type": "websocket.close", "code": 1011 if status == 503 else 4410})
 

@@ -28,6 +28,7 @@ import uvicorn
 from ors_server.scale import worker as worker_main
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
+from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
 from ors_server.server import configure_logging
@@ -184,11 +185,18 @@ class _FrontServer(uvicorn.Server):
 
 def serve(envs: Sequence[str], settings: Settings, count: int) -> None:
     """Serve `envs` from `count` worker processes behind a front on `settings.host:settings.port`."""
+    from ors_server.cli import resolve_environments
+
     configure_logging(settings.log_level)
     table = WorkerTable(count)
     workers = LocalWorkers(envs, settings, table)
+    refusals = Refusals(resolve_environments(envs), settings)
     front = Front(
-        table, max_body_bytes=settings.max_body_bytes, lifespan=workers.run, on_unreachable=workers.unreachable
+        table,
+        refusals,
+        max_body_bytes=settings.max_body_bytes,
+        lifespan=workers.run,
+        on_unreachable=workers.unreachable,
     )
     config = uvicorn.Config(
         front,

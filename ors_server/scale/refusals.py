@@ -1,0 +1,41 @@
+"""What the front answers itself, in the shape of the face the request belongs to.
+
+The front builds the same faces a worker does (over a store that never runs), so a 410 for a lost session
+or a 503 while no worker can take a request reads exactly as a single server's refusal on that face.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.responses import Response
+from starlette.types import Scope
+
+from ors_server.app import DEFAULT_FACE, FACES
+from ors_server.environment import Environment
+from ors_server.errors import Refused
+from ors_server.faces import Core, FaceTable
+from ors_server.registry import Registry
+from ors_server.sessions import SessionStore
+from ors_server.settings import Settings
+
+LOST = "Session lost: the worker that held it is gone"
+BUSY = "No worker can take this request now"
+
+
+class Refusals:
+    def __init__(self, environments: Sequence[type[Environment]], settings: Settings) -> None:
+        core = Core(Registry(environments), SessionStore(settings), settings)
+        self.faces = FaceTable([make(core) for make in FACES], default=DEFAULT_FACE)
+
+    def response(self, scope: Scope, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        return self.faces.of(scope).render_error(Refused(status, message, headers))
+
+    def lost(self, scope: Scope) -> Response:
+        return self.response(scope, 410, LOST)
+
+    def busy(self, scope: Scope) -> Response:
+        return self.response(scope, 503, BUSY, {"Retry-After": "1"})
+
+    def too_large(self, scope: Scope, limit: int) -> Response:
+        return self.response(scope, 413, f"request body larger than {limit} bytes")
