@@ -147,6 +147,15 @@ def render(name: str, result: ToolOutput | ToolRejected | ToolCrashed) -> types.
     return types.CallToolResult(content=content, is_error=False)
 
 
+TASK_PROMPT = types.Prompt(name="task", description="The task statement of this MCP session's episode.")
+
+
+def _content(block: TextBlock | ImageBlock) -> types.TextContent | types.ImageContent:
+    if isinstance(block, ImageBlock):
+        return types.ImageContent(type="image", data=block.data, mime_type=block.mimeType)
+    return types.TextContent(type="text", text=block.text)
+
+
 async def _handshake_only(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
     # Refusing discovery makes `mcp.Client(url)` (mode="auto") fall back to `initialize`, the only era in
     # which a transport session, and so an episode, survives from one call to the next.
@@ -250,7 +259,12 @@ class McpFace:
     def __init__(self, registry: Registry, store: SessionStore, settings: Settings) -> None:
         self.registry, self.store, self.settings = registry, store, settings
         self.server: Server[Any] = Server(
-            "ors-server", version=_server_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool
+            "ors-server",
+            version=_server_version(),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
         )
         self.server.middleware.append(_handshake_only)
         self.manager = StreamableHTTPSessionManager(
@@ -470,6 +484,27 @@ class McpFace:
             logger.exception("MCP tools/call failed")
             return _error_result(f"'{params.name}' was not run: internal server error")
         return render(params.name, result)
+
+    async def _list_prompts(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[TASK_PROMPT])
+
+    async def _get_prompt(
+        self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        """The bound episode's task statement (`get_prompt()`), its text and images as one user message each."""
+        if params.name != TASK_PROMPT.name:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt {params.name!r}: the prompt is 'task'")
+        try:
+            session = await self._session_for(ctx)
+            blocks = await self.store.read_prompt(session)
+        except _NoEpisode as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except OrsError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
+        messages = [types.PromptMessage(role="user", content=_content(block)) for block in blocks]
+        return types.GetPromptResult(description=TASK_PROMPT.description, messages=messages)
 
     async def _session_for(self, ctx: ServerRequestContext[Any, Any]) -> Session:
         transport_id, binding = self._binding(ctx)
