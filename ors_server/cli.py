@@ -63,6 +63,23 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tool-timeout", type=float, default=None, metavar="S", help="seconds a tool call may run")
     serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes, metavar="N")
     serve.add_argument(
+        "--max-header-bytes", type=int, default=Settings.max_header_bytes, metavar="N", help="largest request head"
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=Settings.header_timeout,
+        metavar="S",
+        help="seconds a client has to send a request's headers",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        default=Settings.body_timeout,
+        metavar="S",
+        help="seconds a client has to send a request's body",
+    )
+    serve.add_argument(
         "--max-output-chars", type=int, default=Settings.max_output_chars, metavar="N", help="largest tool result"
     )
     serve.add_argument("--api-key", default=None, help="require this key (default: $ORS_API_KEY; none: open)")
@@ -115,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             max_sessions=args.max_sessions,
             tool_timeout=args.tool_timeout,
             max_body_bytes=args.max_body_bytes,
+            max_header_bytes=args.max_header_bytes,
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
             max_output_chars=args.max_output_chars,
             api_key=args.api_key,
             allowed_hosts=tuple(args.allowed_host),

@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 
 from ors_server.app import create_app
 from ors_server.environment import Environment
+from ors_server.http_limits import BoundedHttpToolsProtocol
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
@@ -40,16 +41,22 @@ class Server:
     def run(self, host: str | None = None, port: int | None = None) -> None:
         """Serve until interrupted (SIGINT or SIGTERM), then end every session cleanly."""
         configure_logging(self.settings.log_level)
-        config = uvicorn.Config(
-            self.app,
-            host=host or self.settings.host,
-            port=self.settings.port if port is None else port,
-            log_level=self.settings.log_level,
-            timeout_keep_alive=60,
-            access_log=False,  # ours (ors_server.access) carries the session, environment and tool
-            timeout_graceful_shutdown=int(self.settings.shutdown_grace) or None,
+        config = uvicorn_config(
+            self.app, self.settings, host=host or self.settings.host, port=self.settings.port if port is None else port
         )
         _Uvicorn(config, self.app.state.store).run()
+
+
+def uvicorn_config(app: Starlette, settings: Settings, host: str, port: int, **options: Any) -> uvicorn.Config:
+    """How uvicorn serves `app`: our bounded HTTP protocol, our access log, our shutdown grace."""
+    config: dict[str, Any] = {
+        "http": BoundedHttpToolsProtocol.bounded_by(settings),
+        "log_level": settings.log_level,
+        "timeout_keep_alive": 60,
+        "access_log": False,  # ours (ors_server.access) carries the session, environment and tool
+        "timeout_graceful_shutdown": int(settings.shutdown_grace) or None,
+    }
+    return uvicorn.Config(app, host=host, port=port, **{**config, **options})
 
 
 class _Uvicorn(uvicorn.Server):

@@ -25,6 +25,13 @@ class Settings:
     max_output_chars: int = 16 * 1024 * 1024
     """The largest tool result (as JSON text) a call may return."""
     max_body_bytes: int = 4 * 1024 * 1024
+    max_header_bytes: int = 64 * 1024
+    """The largest request line plus headers a client may send (431 past it)."""
+    header_timeout: float = 30.0
+    """Seconds a client has to send a request's headers, from its first byte (from connecting, for a new
+    connection); 408 and the connection closed past it."""
+    body_timeout: float = 60.0
+    """Seconds a client has to send a request's body once its headers are in; 408 and closed past it."""
     sse_keepalive: float = 10.0
     """Seconds between SSE keepalive comments while a tool runs (the openreward client gives up after 30)."""
     call_linger: float = 60.0
@@ -59,6 +66,8 @@ class Settings:
             "call_linger",
             "teardown_timeout",
             "codeact_timeout",
+            "header_timeout",
+            "body_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -67,6 +76,7 @@ class Settings:
             "max_sessions",
             "max_output_chars",
             "max_body_bytes",
+            "max_header_bytes",
             "tombstones",
             "codeact_memory_bytes",
             "codeact_output_chars",

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from ors_server.server import uvicorn_config
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -19,8 +21,15 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve(app, log_level: str = "warning") -> Iterator[str]:
-    """Run `app` under a real uvicorn server until the block ends; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level=log_level, lifespan="on")
+    """Run `app` under a real uvicorn server until the block ends; yields its base URL.
+
+    An app built by `create_app` is served as `ors-server serve` serves it (its HTTP limits included)."""
+    port = free_port()
+    settings = getattr(getattr(app, "state", None), "settings", None)
+    if settings is not None:
+        config = uvicorn_config(app, settings, host="127.0.0.1", port=port, log_level=log_level, lifespan="on")
+    else:
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -33,6 +33,9 @@ def test_environments_resolve_by_name_case_insensitively_and_by_import_path() ->
         (["envs", "--env", "ors_server.types:TextBlock"], "is not an Environment subclass"),
         (["serve", "--session-timeout", "0"], "session_timeout must be positive"),
         (["serve", "--max-sessions", "0"], "max_sessions must be at least 1"),
+        (["serve", "--max-header-bytes", "0"], "max_header_bytes must be at least 1"),
+        (["serve", "--header-timeout", "0"], "header_timeout must be positive"),
+        (["serve", "--body-timeout", "-1"], "body_timeout must be positive"),
     ],
 )
 def test_bad_arguments_exit_with_a_message_naming_the_problem(args: list[str], message: str) -> None:
