@@ -63,6 +63,7 @@ def create_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.store = store
+    app.state.faces = faces_table
     for face in faces_table.faces:
         for name, value in face.state.items():
             setattr(app.state, name, value)

@@ -13,11 +13,13 @@ import asyncio
 import logging
 from typing import Any, ClassVar
 
+from starlette.responses import JSONResponse, Response
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from ors_server.faces.shapes import error_response
+from ors_server.errors import Refused
+from ors_server.faces import FaceTable
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.http")
@@ -39,6 +41,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes: ClassVar[int]
     header_timeout: ClassVar[float]
     body_timeout: ClassVar[float]
+    faces: ClassVar[FaceTable | None]
+    """Whose shape a refusal takes (by its path); without faces, ORS's `{"detail"}`."""
 
     def __init__(
         self,
@@ -55,12 +59,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.refused = False
 
     @classmethod
-    def bounded_by(cls, settings: Settings) -> type[BoundedHttpToolsProtocol]:
+    def bounded_by(cls, settings: Settings, faces: FaceTable | None = None) -> type[BoundedHttpToolsProtocol]:
         """This protocol with the limits of `settings` (uvicorn builds protocols from a class)."""
         limits = {
             "max_header_bytes": settings.max_header_bytes,
             "header_timeout": settings.header_timeout,
             "body_timeout": settings.body_timeout,
+            "faces": faces,
         }
         return type(cls.__name__, (cls,), limits)
 
@@ -154,7 +159,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             busy = cycle.response_started
             path = self.scope["path"]
         if not busy:
-            self.transport.write(_raw_error(status, path, message))
+            self.transport.write(self._raw_error(status, path, message))
         if cycle is not None and not cycle.response_complete:
             # What connection_lost would do, at once: the app reading this request sees a disconnect and its
             # answer is dropped, rather than written after ours.
@@ -166,11 +171,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.write_eof()
         self.loop.call_later(LINGER, self.transport.close)
 
-
-def _raw_error(status: int, path: str, message: str) -> bytes:
-    response = error_response(path or "/", status, message)
-    head = [STATUS_LINE[status]]
-    for name, value in response.raw_headers:
-        head += [name, b": ", value, b"\r\n"]
-    head.append(b"connection: close\r\n\r\n")
-    return b"".join(head) + bytes(response.body)
+    def _raw_error(self, status: int, path: str, message: str) -> bytes:
+        refusal = Refused(status, message)
+        if self.faces is None:
+            response: Response = JSONResponse({"detail": message}, status)
+        else:
+            method = self.scope.get("method", "GET") if self.scope else "GET"
+            scope = {"type": "http", "path": path or "/", "root_path": "", "method": method}
+            response = self.faces.of(scope).render_error(refusal)
+        head = [STATUS_LINE[status]]
+        for name, value in response.raw_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head.append(b"connection: close\r\n\r\n")
+        return b"".join(head) + bytes(response.body)

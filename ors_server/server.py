@@ -50,7 +50,7 @@ class Server:
 def uvicorn_config(app: Starlette, settings: Settings, host: str, port: int, **options: Any) -> uvicorn.Config:
     """How uvicorn serves `app`: our bounded HTTP protocol, our access log, our shutdown grace."""
     config: dict[str, Any] = {
-        "http": BoundedHttpToolsProtocol.bounded_by(settings),
+        "http": BoundedHttpToolsProtocol.bounded_by(settings, getattr(app.state, "faces", None)),
         "log_level": settings.log_level,
         "timeout_keep_alive": 60,
         "access_log": False,  # ours (ors_server.access) carries the session, environment and tool

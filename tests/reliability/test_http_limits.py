@@ -87,7 +87,7 @@ def test_an_endless_header_is_cut_off_near_the_limit_not_buffered(live):
 def test_the_error_shape_follows_the_face_of_the_refused_path(live):
     sock = connect(live)
     with sock:
-        sock.sendall(b"POST /control/step HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: " + b"a" * 100_000 + b"\r\n\r\n")
+        sock.sendall(b"GET /control/reward HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: " + b"a" * 100_000 + b"\r\n\r\n")
         status, body = status_and_body(read_until_closed(sock, deadline=20))
     assert status == 431
     assert "error" in body
