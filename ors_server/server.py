@@ -47,8 +47,9 @@ class Server:
         _Uvicorn(config, self.app.state.store).run()
 
 
-def uvicorn_config(app: Starlette, settings: Settings, host: str, port: int, **options: Any) -> uvicorn.Config:
-    """How uvicorn serves `app`: our bounded HTTP protocol, our access log, our shutdown grace."""
+def uvicorn_config(app: Starlette, settings: Settings, **options: Any) -> uvicorn.Config:
+    """How uvicorn serves `app` (at `host` and `port`, or `uds`, in `options`): our bounded HTTP protocol, our
+    access log, our shutdown grace."""
     config: dict[str, Any] = {
         "http": BoundedHttpToolsProtocol.bounded_by(settings, getattr(app.state, "faces", None)),
         "log_level": settings.log_level,
@@ -56,7 +57,7 @@ def uvicorn_config(app: Starlette, settings: Settings, host: str, port: int, **o
         "access_log": False,  # ours (ors_server.access) carries the session, environment and tool
         "timeout_graceful_shutdown": int(settings.shutdown_grace) or None,
     }
-    return uvicorn.Config(app, host=host, port=port, **{**config, **options})
+    return uvicorn.Config(app, **{**config, **options})
 
 
 class _Uvicorn(uvicorn.Server):

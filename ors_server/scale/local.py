@@ -25,6 +25,7 @@ from types import FrameType
 
 import uvicorn
 
+from ors_server.http_limits import BoundedHttpToolsProtocol
 from ors_server.scale import worker as worker_main
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
@@ -202,6 +203,7 @@ def serve(envs: Sequence[str], settings: Settings, count: int) -> None:
         front,
         host=settings.host,
         port=settings.port,
+        http=BoundedHttpToolsProtocol.bounded_by(settings, refusals.faces),  # the front is what clients reach
         log_level=settings.log_level,
         timeout_keep_alive=60,
         access_log=False,

@@ -15,10 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-import uvicorn
-
 from ors_server.app import create_app
-from ors_server.server import _Uvicorn, configure_logging
+from ors_server.server import _Uvicorn, configure_logging, uvicorn_config
 from ors_server.settings import Settings
 
 SPEC_VARIABLE = "ORS_WORKER_SPEC"
@@ -52,14 +50,7 @@ def main() -> None:
     settings = Settings.from_env(**values)
     configure_logging(settings.log_level)
     app = create_app(resolve_environments(loaded["envs"]), settings)
-    config = uvicorn.Config(
-        app,
-        uds=loaded["uds"],
-        log_level=settings.log_level,
-        timeout_keep_alive=60,
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace) or None,
-    )
+    config = uvicorn_config(app, settings, uds=loaded["uds"])
     _exit_with_parent()
     _Uvicorn(config, app.state.store).run()
 

@@ -145,6 +145,15 @@ async def test_the_front_keeps_the_host_header_so_the_mcp_rebinding_check_still_
     assert accepted.status_code == 200
 
 
+async def test_the_front_bounds_request_headers_as_a_single_server_does(front):
+    async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
+        refused = await http.get("/counter/tools", headers={"X-Filler": "a" * (100 * 1024)})
+        served = await http.get("/counter/tools", headers={"X-Filler": "a" * 1024})
+    assert refused.status_code == 431
+    assert "header" in refused.json()["detail"]
+    assert served.status_code == 200
+
+
 def test_the_cli_refuses_zero_workers(tmp_path: Path):
     import subprocess
     import sys
