@@ -43,8 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve environments over ORS, MCP and the control plane")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default=Settings.host)
+    serve.add_argument("--port", type=int, default=Settings.port)
     serve.add_argument(
         "--env",
         action="append",
@@ -60,7 +60,26 @@ def _parser() -> argparse.ArgumentParser:
         help="idle seconds before reaping",
     )
     serve.add_argument("--max-sessions", type=int, default=Settings.max_sessions, metavar="N")
-    serve.add_argument("--tool-timeout", type=float, default=None, metavar="S", help="seconds a tool call may run")
+    serve.add_argument(
+        "--tool-timeout", type=float, default=Settings.tool_timeout, metavar="S", help="seconds a tool call may run"
+    )
+    serve.add_argument(
+        "--tool-threads", type=int, default=Settings.tool_threads, metavar="N", help="worker threads for sync tools"
+    )
+    serve.add_argument(
+        "--discovery-threads",
+        type=int,
+        default=Settings.discovery_threads,
+        metavar="N",
+        help="worker threads for listing splits and tasks",
+    )
+    serve.add_argument(
+        "--lifecycle-threads",
+        type=int,
+        default=Settings.lifecycle_threads,
+        metavar="N",
+        help="worker threads for setup, teardown, task_from_seed and prompt reads",
+    )
     serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes, metavar="N")
     serve.add_argument(
         "--max-header-bytes", type=int, default=Settings.max_header_bytes, metavar="N", help="largest request head"
@@ -104,7 +123,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="serve from N worker processes behind a session-routing front (--max-sessions is split over them)",
     )
-    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--log-level", default=Settings.log_level, choices=["critical", "error", "warning", "info", "debug"]
+    )
 
     envs = commands.add_parser("envs", help="list environments with their tools and splits")
     envs.add_argument("--env", action="append", default=[], metavar="NAME")
@@ -131,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             session_timeout=args.session_timeout,
             max_sessions=args.max_sessions,
             tool_timeout=args.tool_timeout,
+            tool_threads=args.tool_threads,
+            discovery_threads=args.discovery_threads,
+            lifecycle_threads=args.lifecycle_threads,
             max_body_bytes=args.max_body_bytes,
             max_header_bytes=args.max_header_bytes,
             header_timeout=args.header_timeout,

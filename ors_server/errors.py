@@ -16,6 +16,7 @@
     ├── Unavailable              try again later (503, Retry-After)
     │   ├── SessionStarting      setup() still running after the wait bound
     │   ├── CapacityReached      --max-sessions live sessions already
+    │   ├── SessionBusy          a timed-out tool call still runs in the session
     │   └── ShuttingDown
     ├── SetupFailed              setup() raised; the session stays until deleted (500)
     └── ReadFailed               the environment raised while the store read its prompt or first observation (500)
@@ -129,6 +130,11 @@ class SessionStarting(Unavailable):
 class CapacityReached(Unavailable):
     def __init__(self, limit: int) -> None:
         super().__init__(f"server is at its limit of {limit} live sessions")
+
+
+class SessionBusy(Unavailable):
+    def __init__(self) -> None:
+        super().__init__("an earlier call in this session timed out and is still running")
 
 
 class ShuttingDown(Unavailable):

@@ -46,6 +46,18 @@ class _StoreCollector(Collector):
         for event in SESSION_EVENTS:
             events.add_metric([event], self.store.counts[event])
         yield events
+        in_use = GaugeMetricFamily("ors_threads_in_use", "Worker threads busy, per pool", labels=["pool"])
+        capacity = GaugeMetricFamily("ors_threads_capacity", "Worker threads allowed, per pool", labels=["pool"])
+        for pool, limiter in self.store.limiters.items():
+            in_use.add_metric([pool], limiter.borrowed_tokens)
+            capacity.add_metric([pool], limiter.total_tokens)
+        yield in_use
+        yield capacity
+        yield GaugeMetricFamily(
+            "ors_overdue_calls",
+            "Sync tool calls past --tool-timeout whose threads still run (each holds a tool thread and its session)",
+            value=self.store.overdue_calls,
+        )
 
 
 class Metrics:

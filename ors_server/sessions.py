@@ -1,9 +1,21 @@
-"""Sessions: one store of live episodes, and the one call pipeline every face goes through.
+"""Sessions: one store of live sessions, the episodes they run, and the one call pipeline every face goes through.
 
-A `Session` is one episode of one environment. The `SessionStore` creates sessions (setup runs in the
-background), finds them (which refreshes their idle timer), runs tool calls in them (serialised per
-session, concurrent across sessions), reaps idle ones and ends every one exactly once through `discard()`.
-Nothing here knows about HTTP, SSE or MCP.
+A `Session` is what a client names: an id, an environment class, secrets, the seed and config its task came
+from. It runs one `Episode` at a time: an environment instance with its state, readiness, counters and calls.
+Creating a session starts its first episode; `reset` starts a new one and swaps it in; `discard` ends the
+session. Every episode is built by `_start` and torn down by `_finish`, exactly once each, whoever ends it.
+
+The `SessionStore` creates sessions (setup runs in the background), finds them (which refreshes their idle
+timer), runs tool calls in them (serialised per episode, concurrent across sessions), reaps idle ones and ends
+every one exactly once through `discard()`. Nothing here knows about HTTP, SSE or MCP.
+
+User code runs on three thread pools of their own (`Settings.tool_threads`, `discovery_threads`,
+`lifecycle_threads`), so discovery and lifecycle work never queue behind hung tool calls.
+
+Tool timeouts (`Settings.tool_timeout`): an async tool is cancelled. A sync tool cannot be stopped, so its
+caller gets the `timeout` result at the deadline while the thread runs on: it keeps its thread-pool slot and the
+episode's lock until it really ends, and meanwhile every call into that episode is refused at once with
+`session_busy` (reads of the prompt raise `SessionBusy`). Resetting or deleting the session does not wait for it.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ import enum
 import functools
 import inspect
 import logging
+import math
 import re
 import time
 import uuid
@@ -40,6 +53,7 @@ from ors_server.errors import (
     InvalidSessionId,
     InvalidTask,
     ReadFailed,
+    SessionBusy,
     SessionDeleted,
     SessionExists,
     SessionNotFound,
@@ -54,10 +68,12 @@ from ors_server.types import Blocks, TextBlock, ToolOutput
 logger = logging.getLogger("ors_server.sessions")
 
 TEARDOWN_LOCK_WAIT = 2.0
-LIFECYCLE_THREADS = 16
-"""Worker threads for setup, reset and teardown, apart from the ones tool calls queue for."""
+"""Seconds an ending episode's running call gets to finish before the environment is torn down under it."""
 SESSION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _blocks = TypeAdapter(Blocks)
+
+Pool = Literal["tools", "discovery", "lifecycle"]
+Ending = Literal["deleted", "reaped", "shutdown"]
 
 
 class State(enum.Enum):
@@ -68,7 +84,9 @@ class State(enum.Enum):
     DELETED = "deleted"
 
 
-Reason = Literal["not_found", "input_validation", "episode_finished", "timeout", "session_ended", "output_too_large"]
+Reason = Literal[
+    "not_found", "input_validation", "episode_finished", "timeout", "session_busy", "session_ended", "output_too_large"
+]
 
 
 @dataclass(frozen=True)
@@ -105,9 +123,43 @@ class ToolCall:
         return self.result
 
 
-@dataclass
+@dataclass(eq=False)
+class Episode:
+    """One run of a session's environment, from construction and setup to teardown."""
+
+    env: Environment | None = None
+    state: State = State.SETTING_UP
+    setup_error: str | None = None
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    """Set once setup has ended (either way), or the episode was ended before that."""
+    built: bool = False
+    """Construction and setup have ended; until then `_start` owns the environment."""
+    ended: bool = False
+    """Reset or discarded: no call runs in it any more, and `_finish` tears it down."""
+    torn_down: bool = False
+    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))  # no checkpoint when free
+    """Held by the call running in the episode (and by reads of its environment)."""
+    overdue: int = 0
+    """Calls that timed out but whose thread still runs: while there are any, calls are refused (session_busy)."""
+    waiting: set[anyio.CancelScope] = field(default_factory=set)
+    """Calls queued for the lock, refused at once if the call ahead of them times out."""
+    step_count: int = 0
+    last_reward: float = 0.0
+    total_reward: float = 0.0
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    ended_calls: deque[tuple[float, str]] = field(default_factory=deque)
+    """(end time, id) of finished calls, oldest first: what replay-by-id forgets after the linger."""
+
+    @property
+    def finished(self) -> bool:
+        return self.state is State.FINISHED
+
+
+@dataclass(eq=False)
 class Session:
-    """One episode: the environment instance plus everything the framework tracks about it."""
+    """What a client names: one environment class, its task and secrets, and the episode it runs now."""
 
     id: str
     env_cls: type[Environment]
@@ -117,33 +169,58 @@ class Session:
     config: dict[str, Any] | None = None
     """Set when the task came from a seed and config (see `Environment.task_from_seed`); resets reuse it."""
     created_by: str = "ors"
-    env: Environment | None = None
-    state: State = State.SETTING_UP
-    setup_error: str | None = None
-    ready: anyio.Event = field(default_factory=anyio.Event)
-    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))  # no checkpoint when free
+    episode: Episode = field(default_factory=Episode)
+    deleted: bool = False
+    """Discarded: the id no longer names it, whatever its episodes are still doing."""
+    resetting: anyio.Lock = field(default_factory=anyio.Lock)
+    """Serialises resets of this session (calls are serialised by the episode's own lock)."""
     last_active: float = field(default_factory=time.monotonic)
     running_calls: int = 0
-    step_count: int = 0
-    last_reward: float = 0.0
-    total_reward: float = 0.0
-    truncated: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
-    calls: dict[str, ToolCall] = field(default_factory=dict)
-    ended_calls: deque[tuple[float, str]] = field(default_factory=deque)
-    """(end time, id) of finished calls, oldest first: what replay-by-id forgets after the linger."""
-    built: bool = False
-    """Construction and setup have ended (either way); until then the setup task owns the environment."""
+    """Calls running in any of its episodes: the reaper spares a session while there are any."""
+    episodes: int = 1
+    """Episodes not yet torn down; once deleted, the session has ended when this reaches 0."""
     ended: anyio.Event = field(default_factory=anyio.Event)
-    """Set once the session has been discarded and its environment torn down."""
+    """Set once the session has been discarded and every environment it built torn down."""
 
     @property
     def env_name(self) -> str:
         return self.env_cls.name
 
     @property
+    def state(self) -> State:
+        return State.DELETED if self.deleted else self.episode.state
+
+    @property
+    def env(self) -> Environment | None:
+        return self.episode.env
+
+    @property
+    def ready(self) -> anyio.Event:
+        return self.episode.ready
+
+    @property
     def finished(self) -> bool:
-        return self.state is State.FINISHED
+        return self.episode.finished
+
+    @property
+    def truncated(self) -> bool:
+        return self.episode.truncated
+
+    @property
+    def step_count(self) -> int:
+        return self.episode.step_count
+
+    @property
+    def last_reward(self) -> float:
+        return self.episode.last_reward
+
+    @property
+    def total_reward(self) -> float:
+        return self.episode.total_reward
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.episode.info
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
@@ -167,17 +244,18 @@ async def run_user_code(function: Callable[..., Any], *args: Any, limiter: anyio
     return result
 
 
+class _Overtime(Exception):
+    """An async tool cancelled at the tool timeout."""
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _build_sync(session: Session, reseed: bool) -> None:
-    if reseed:
-        assert session.config is not None
-        session.task_spec = session.env_cls.task_from_seed(session.seed, session.config)
-    session.env = session.env_cls(task_spec=session.task_spec, secrets=session.secrets)
-    if not inspect.iscoroutinefunction(session.env.setup):
-        session.env.setup()
+def _construct(session: Session, episode: Episode) -> None:
+    episode.env = session.env_cls(task_spec=session.task_spec, secrets=session.secrets)
+    if not inspect.iscoroutinefunction(episode.env.setup):
+        episode.env.setup()
 
 
 def _outcome(result: CallResult) -> str:
@@ -194,10 +272,19 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._tombstones: OrderedDict[str, float] = OrderedDict()
         self._task_group: anyio.abc.TaskGroup | None = None
-        self._lifecycle_limiter = anyio.CapacityLimiter(LIFECYCLE_THREADS)
+        self.limiters: dict[Pool, anyio.CapacityLimiter] = {
+            "tools": anyio.CapacityLimiter(settings.tool_threads),
+            "discovery": anyio.CapacityLimiter(settings.discovery_threads),
+            "lifecycle": anyio.CapacityLimiter(settings.lifecycle_threads),
+        }
+        """Worker threads per kind of work: tool calls; task and split listings; setup, reset, teardown, reads."""
+        self._unbounded = anyio.CapacityLimiter(math.inf)
+        """For tool threads, whose slot in `limiters["tools"]` is held by the call itself."""
         self._closing_since: float | None = None
         self.counts: Counter[str] = Counter()
         """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
+        self.overdue_calls = 0
+        """Timed-out sync tool calls whose threads still run."""
         self.on_end: list[Callable[[Session, str], None]] = []
         """Called with (session, how) when a session ends: 'deleted', 'reaped' or 'shutdown'."""
         self.on_call: list[Callable[[Session, str, str, float], None]] = []
@@ -239,14 +326,14 @@ class SessionStore:
         assert self._closing_since is not None
         # Drain: in-flight calls get what is left of the grace period to finish.
         with anyio.move_on_after(self._closing_since + self.settings.shutdown_grace - time.monotonic()):
-            for call in [c for s in self._sessions.values() for c in s.calls.values()]:
+            for call in [c for s in self._sessions.values() for c in s.episode.calls.values()]:
                 await call.done.wait()
         # Tear down every session, concurrently, each exactly once.
         sessions = list(self._sessions.values())
         async with anyio.create_task_group() as task_group:
             for session in sessions:
                 task_group.start_soon(self.discard, session.id, "shutdown")
-        # Sessions still setting up are torn down when their setup ends; wait for that, boundedly.
+        # Episodes still being built are torn down when their setup ends; wait for that, boundedly.
         with anyio.move_on_after(self.settings.teardown_timeout):
             for session in sessions:
                 await session.ended.wait()
@@ -273,7 +360,7 @@ class SessionStore:
         config: dict[str, Any] | None = None,
         created_by: str = "ors",
     ) -> Session:
-        """Register a session and start building its environment in the background; returns at once."""
+        """Register a session and start building its first episode in the background; returns at once."""
         self.check_id(session_id)
         if self.closing:
             raise ShuttingDown()
@@ -286,7 +373,7 @@ class SessionStore:
         self._tombstones.pop(session_id, None)
         self._sessions[session_id] = session
         self.counts["created"] += 1
-        self._spawn(self._start, session)
+        self._spawn(self._start, session, session.episode)
         return session
 
     async def open(
@@ -303,18 +390,18 @@ class SessionStore:
         whose task is `env_cls.task_from_seed(seed, config)`; and whether it was created by this call.
 
         A live session of another environment raises WrongEnvironment unless `any_env`. A deleted id may be
-        opened again (a new episode). When two requests open the same new id at once, both get the one session.
+        opened again (a new session). When two requests open the same new id at once, both get the one session.
         """
         self.check_id(session_id)
         session = self._live(session_id, env_cls, any_env)
         if session is not None:
             return session, False
-        task_spec = await self.task_for(env_cls, seed, config or {})
+        config = config or {}
+        task_spec = await self.task_for(env_cls, seed, config)
         # No await from here on: the check and the creation are one step for every other request.
         session = self._live(session_id, env_cls, any_env)
         if session is not None:
             return session, False
-        config = config or {}
         return self.create(session_id, env_cls, task_spec, seed=seed, config=config, created_by=created_by), True
 
     def _live(self, session_id: str, env_cls: type[Environment], any_env: bool) -> Session | None:
@@ -330,8 +417,11 @@ class SessionStore:
         """The task of a new session named by a seed and config; raises what `create` would raise if the store
         cannot admit a session now, before spending a worker thread on `task_from_seed`."""
         self._check_admission()
+        return await self._task_from_seed(env_cls, seed, config)
+
+    async def _task_from_seed(self, env_cls: type[Environment], seed: int | None, config: dict[str, Any]) -> Any:
         try:
-            return await run_user_code(env_cls.task_from_seed, seed, config, limiter=self._lifecycle_limiter)
+            return await run_user_code(env_cls.task_from_seed, seed, config, limiter=self.limiters["lifecycle"])
         except Exception as exc:
             # The seed and config come from the client: whatever the environment makes of them is the client's.
             raise InvalidTask(f"no task for seed {seed!r} and config {config!r}: {_describe(exc)}") from None
@@ -346,7 +436,7 @@ class SessionStore:
         """The live session `session_id`, its idle timer refreshed. `env_name` checks the path's environment."""
         session = self._sessions.get(session_id)
         if session is None:
-            raise SessionDeleted() if self._is_tombstoned(session_id) else SessionNotFound()
+            raise SessionDeleted() if session_id in self._tombstones else SessionNotFound()
         if env_name is not None and session.env_name != env_name:
             raise WrongEnvironment(session.env_name, env_name)
         session.touch()
@@ -355,100 +445,116 @@ class SessionStore:
     async def get_ready(self, session_id: str, env_name: str | None = None) -> Session:
         """Like `get`, but waits (boundedly) for setup to finish. Raises SessionStarting or SetupFailed."""
         session = self.get(session_id, env_name)
-        if not session.ready.is_set():
+        episode = session.episode
+        if not episode.ready.is_set():
             with anyio.move_on_after(self.settings.ready_wait):
-                await session.ready.wait()
-            if session.state is State.DELETED:
+                # A reset meanwhile swaps in a new episode: wait for that one.
+                while not session.deleted:
+                    await episode.ready.wait()
+                    if session.episode is episode:
+                        break
+                    episode = session.episode
+            if session.deleted:
                 raise SessionDeleted()
-            if not session.ready.is_set():
+            if not episode.ready.is_set():
                 raise SessionStarting()
-        if session.state is State.SETUP_FAILED:
-            raise SetupFailed(session.setup_error or "setup failed")
+        if episode.state is State.SETUP_FAILED:
+            raise SetupFailed(episode.setup_error or "setup failed")
         return session
-
-    def _is_tombstoned(self, session_id: str) -> bool:
-        return session_id in self._tombstones
 
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
         if self._task_group is None:
             raise RuntimeError("the session store is not running: use `async with store.run():`")
         self._task_group.start_soon(function, *args)
 
-    async def _start(self, session: Session) -> None:
-        try:
-            await self._build(session)
-        finally:
-            # Discarded while setting up: discard() left the teardown to us, so it runs after setup ends.
-            if session.state is State.DELETED:
-                with anyio.CancelScope(shield=True):
-                    await self._teardown(session)
-                session.ended.set()
+    async def discover(self, function: Callable[..., Any], *args: Any) -> Any:
+        """Run an environment's class-level listing (splits, tasks) on the discovery threads."""
+        return await run_user_code(function, *args, limiter=self.limiters["discovery"])
 
-    async def _build(self, session: Session, reseed: bool = False) -> None:
-        """Construct the environment and run its setup; records the outcome on the session.
+    # Building and ending episodes: every episode goes through `_start` once and `_finish` once.
 
-        The synchronous parts take one worker-thread hop, on a limiter of their own, so building an episode
-        never queues behind other sessions' tool calls.
+    async def _start(self, session: Session, episode: Episode) -> None:
+        """Construct the episode's environment and run its setup, unless it ended first; then, if it has ended
+        meanwhile, tear it down (whoever ended it left that to us, so an environment is never left half-built).
+
+        The synchronous parts take one worker-thread hop on the lifecycle threads, so building an episode never
+        queues behind tool calls.
         """
         try:
-            await anyio.to_thread.run_sync(
-                _build_sync, session, reseed, abandon_on_cancel=True, limiter=self._lifecycle_limiter
-            )
-            assert session.env is not None
-            if inspect.iscoroutinefunction(session.env.setup):
-                await session.env.setup()
+            if not episode.ended:
+                await anyio.to_thread.run_sync(
+                    _construct, session, episode, abandon_on_cancel=True, limiter=self.limiters["lifecycle"]
+                )
+                assert episode.env is not None
+                if inspect.iscoroutinefunction(episode.env.setup):
+                    await episode.env.setup()
         except Exception as exc:
-            session.state = State.SETUP_FAILED
-            session.setup_error = session.redact(_describe(exc))
+            episode.state = State.SETUP_FAILED
+            episode.setup_error = session.redact(_describe(exc))
             self.counts["setup_failed"] += 1
             logger.warning("setup failed", extra={"session_id": session.id, "env": session.env_name})
         else:
-            if session.state is State.SETTING_UP:
-                session.state = State.READY
+            if episode.state is State.SETTING_UP:
+                episode.state = State.READY
         finally:
-            session.built = True
-            session.ready.set()
+            episode.built = True
+            episode.ready.set()
+            if episode.ended:
+                await self._finish(session, episode)
 
-    # Ending sessions.
+    def _end_episode(self, session: Session, episode: Episode) -> bool:
+        """Mark an episode ended; returns whether it is ours to tear down now (else `_start` will)."""
+        episode.ended = True
+        episode.ready.set()  # wake requests waiting for its setup: they now see it is gone
+        for waiter in list(episode.waiting):
+            waiter.cancel()
+        return episode.built
 
-    async def discard(self, session_id: str, how: str = "deleted") -> bool:
-        """End a session: forget it first (so its id answers 404/410 at once), then tear it down.
+    async def _finish(self, session: Session, episode: Episode) -> None:
+        """Tear down an ended episode's environment, exactly once, after its running call (boundedly)."""
+        if episode.torn_down:
+            return
+        episode.torn_down = True
+        with anyio.CancelScope(shield=True):
+            env, episode.env = episode.env, None
+            if env is not None:
+                # Give a running call a moment to finish; a hung one must not hold the ending, and teardown is
+                # what stops it (a sandbox kills its processes).
+                with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
+                    async with episode.lock:
+                        pass
+                try:
+                    with anyio.fail_after(self.settings.teardown_timeout):
+                        await run_user_code(env.teardown, limiter=self.limiters["lifecycle"])
+                except Exception as exc:
+                    logger.error(
+                        "teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id}
+                    )
+        session.episodes -= 1
+        if session.deleted and session.episodes == 0:
+            session.ended.set()
+
+    async def discard(self, session_id: str, how: Ending = "deleted") -> bool:
+        """End a session: forget it first (so its id answers 404/410 at once), then tear down its episode.
 
         Returns False if there was no such session. `how` is 'deleted' (remembered as a tombstone: 410),
-        'reaped' or 'shutdown'. Teardown completes even if the caller is cancelled. A session still setting up
-        is torn down by its setup task once setup ends, so an environment is never left half-built.
+        'reaped' or 'shutdown'. Teardown completes even if the caller is cancelled. An episode still being built
+        is torn down by its builder once setup ends, so an environment is never left half-built; the session's
+        `ended` event is set when every environment it built has been torn down.
         """
         session = self._sessions.pop(session_id, None)
         if session is None:
             return False
         if how == "deleted":
             self._remember_deleted(session_id)
-        session.state = State.DELETED
+        session.deleted = True
         self.counts[how] += 1
-        session.ready.set()  # wake requests waiting for setup: they now see the session is gone
-        if session.built:
-            with anyio.CancelScope(shield=True):
-                # Give a running call a moment to finish; a hung one must not hold the delete, and teardown
-                # is what stops it (a sandbox kills its processes).
-                with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
-                    async with session.lock:
-                        pass
-                await self._teardown(session)
-            session.ended.set()
+        episode = session.episode
+        if self._end_episode(session, episode):
+            await self._finish(session, episode)
         for listener in self.on_end:
             listener(session, how)
         return True
-
-    async def _teardown(self, session: Session) -> None:
-        """Tear down the session's current environment, if it has one; each environment exactly once."""
-        env, session.env = session.env, None
-        if env is None:
-            return
-        try:
-            with anyio.fail_after(self.settings.teardown_timeout):
-                await run_user_code(env.teardown, limiter=self._lifecycle_limiter)
-        except Exception as exc:
-            logger.error("teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id})
 
     def _remember_deleted(self, session_id: str) -> None:
         self._tombstones[session_id] = time.monotonic()
@@ -467,10 +573,86 @@ class SessionStore:
         deadline = time.monotonic() - self.settings.session_timeout
         idle = [s.id for s in self._sessions.values() if s.last_active < deadline and not s.running_calls]
         for session in self._sessions.values():
-            self._prune_calls(session)
+            self._prune_calls(session.episode)
         for session_id in idle:
             await self.discard(session_id, "reaped")
         return len(idle)
+
+    # Resetting: a new episode swapped in (Eval Protocol's reset_session, MCP re-initialize).
+
+    async def reset(self, session: Session, seed: int | None) -> None:
+        """Start a new episode of the session (from `seed` if the session was seeded) and wait for its setup.
+
+        The old episode ends at once: a call still running in it is not waited for (its result reaches its own
+        caller only), and its environment is torn down when that call ends (or after `TEARDOWN_LOCK_WAIT`).
+        A session deleted meanwhile stays deleted.
+        """
+        async with session.resetting:
+            if session.deleted:
+                return
+            if session.config is not None:
+                task_spec = await self._task_from_seed(session.env_cls, seed, session.config)
+                if session.deleted:
+                    return
+                session.seed, session.task_spec = seed, task_spec
+            old, new = session.episode, Episode()
+            session.episode = new
+            session.episodes += 1
+            if self._end_episode(session, old):
+                if old.lock.locked():
+                    self._spawn(self._finish, session, old)  # after its running call, without waiting here
+                else:
+                    await self._finish(session, old)
+            self._spawn(self._start, session, new)
+            await new.ready.wait()
+        session.touch()
+
+    # Reading the environment.
+
+    async def read_prompt(self, session: Session) -> Blocks:
+        """The episode's opening blocks (`get_prompt()`), read under the episode's lock."""
+        blocks: Blocks = await self._read(session, "get_prompt")
+        return blocks
+
+    async def initial_observation(self, session: Session) -> Any:
+        """The episode's first observation (`initial_observation()`), read under the episode's lock."""
+        return await self._read(session, "initial_observation")
+
+    async def _read(self, session: Session, method: str) -> Any:
+        """Call a method of the episode's environment that says something about the episode. A session that is
+        gone raises SessionDeleted, one without a built environment SessionStarting, one whose timed-out call
+        still runs SessionBusy, and a method that raises (or returns the wrong thing) ReadFailed."""
+        episode = session.episode
+        if not await self._acquire(episode):
+            raise SessionBusy()
+        try:
+            if session.deleted:
+                raise SessionDeleted()
+            env = episode.env
+            if env is None or episode.ended:
+                raise SessionStarting()
+            try:
+                value = await run_user_code(getattr(env, method), limiter=self.limiters["lifecycle"])
+                if method == "get_prompt":
+                    value = _blocks.validate_python(value)
+            except Exception as exc:
+                raise ReadFailed(session.redact(f"{method} failed: {_describe(exc)}")) from None
+        finally:
+            episode.lock.release()
+        return value
+
+    async def _acquire(self, episode: Episode) -> bool:
+        """Take the episode's lock; False, at once, while a timed-out call still runs in it (also if that
+        happens while waiting), or if the episode ends while waiting."""
+        if episode.overdue:
+            return False
+        with anyio.CancelScope() as scope:
+            episode.waiting.add(scope)
+            try:
+                await episode.lock.acquire()
+            finally:
+                episode.waiting.discard(scope)
+        return not scope.cancelled_caught
 
     # The tools a client sees, and the call pipeline.
 
@@ -493,44 +675,56 @@ class SessionStore:
 
     def start_call(self, session: Session, name: str, arguments: Any) -> ToolCall:
         """Start a tool call in the background and return its handle (the call survives client disconnects)."""
-        self._prune_calls(session)
+        episode = session.episode
+        self._prune_calls(episode)
         call = ToolCall(uuid.uuid4().hex, name)
-        session.calls[call.id] = call
+        episode.calls[call.id] = call
         session.running_calls += 1
         session.touch()
-        self._spawn(self._run_call, session, call, arguments)
+        self._spawn(self._run_call, session, episode, call, arguments)
         return call
 
     async def call(self, session: Session, name: str, arguments: Any) -> CallResult:
         return await self.start_call(session, name, arguments).wait()
 
     def find_call(self, session: Session, call_id: str) -> ToolCall | None:
-        self._prune_calls(session)
-        return session.calls.get(call_id)
+        self._prune_calls(session.episode)
+        return session.episode.calls.get(call_id)
 
-    def _prune_calls(self, session: Session) -> None:
+    def _prune_calls(self, episode: Episode) -> None:
         horizon = time.monotonic() - self.settings.call_linger
-        ended = session.ended_calls
+        ended = episode.ended_calls
         while ended and ended[0][0] < horizon:
-            session.calls.pop(ended.popleft()[1], None)
+            episode.calls.pop(ended.popleft()[1], None)
 
-    async def _run_call(self, session: Session, call: ToolCall, arguments: Any) -> None:
+    async def _run_call(self, session: Session, episode: Episode, call: ToolCall, arguments: Any) -> None:
         result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
         started = time.monotonic()
         try:
-            async with session.lock:
-                result = await self._invoke(session, call.name, arguments)
-                if self._tool(session, call.name) is EXECUTE_CODE_TOOL and isinstance(result, ToolOutput):
-                    self._record_step(session, result)
-                else:
-                    self._record(session, result)
+            if not await self._acquire(episode):
+                result = self._busy(call.name) if episode.overdue else self._ended(call.name)
+            else:
+                try:
+                    result = await self._invoke(session, episode, call.name, arguments, call, started)
+                    if call.done.is_set():
+                        pass  # answered `timeout` already; what the overdue thread returned is dropped
+                    elif self._tool(session, call.name) is EXECUTE_CODE_TOOL and isinstance(result, ToolOutput):
+                        self._record_step(episode, result)
+                    else:
+                        self._record(episode, result)
+                finally:
+                    episode.lock.release()
         finally:
             session.running_calls -= 1
             session.touch()
-            call.result = result
-            call.ended_at = time.monotonic()
-            session.ended_calls.append((call.ended_at, call.id))
-            call.done.set()
+            if not call.done.is_set():
+                self._publish(session, episode, call, result, started)
+
+    def _publish(self, session: Session, episode: Episode, call: ToolCall, result: CallResult, started: float) -> None:
+        call.result = result
+        call.ended_at = time.monotonic()
+        episode.ended_calls.append((call.ended_at, call.id))
+        call.done.set()
         self._count(session, call.name, result, call.ended_at - started)
 
     def _count(self, session: Session, name: str, result: CallResult, seconds: float) -> None:
@@ -539,10 +733,32 @@ class SessionStore:
         for listener in self.on_call:
             listener(session, name, outcome, seconds)
 
-    async def _invoke(self, session: Session, name: str, arguments: Any) -> CallResult:
-        if session.state is State.DELETED:
-            return ToolRejected("session_ended", f"'{name}' was not run: the session has ended.")
-        if session.finished:
+    @staticmethod
+    def _busy(name: str) -> ToolRejected:
+        return ToolRejected(
+            "session_busy",
+            f"'{name}' was not run: an earlier call in this session timed out and is still running; "
+            "try again when it ends, or reset or delete the session.",
+        )
+
+    @staticmethod
+    def _ended(name: str) -> ToolRejected:
+        return ToolRejected("session_ended", f"'{name}' was not run: the episode has ended.")
+
+    async def _invoke(
+        self,
+        session: Session,
+        episode: Episode,
+        name: str,
+        arguments: Any,
+        call: ToolCall | None = None,
+        started: float = 0.0,
+    ) -> CallResult:
+        """Validate and run one tool call in the episode, whose lock the caller holds. `call` is the face's call
+        (None for a tool called from a CodeAct step, which its step's own timeout bounds)."""
+        if session.deleted or episode.ended:
+            return self._ended(name)
+        if episode.finished:
             return ToolRejected(
                 "episode_finished",
                 f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
@@ -561,23 +777,19 @@ class SessionStore:
                 return ToolRejected("input_validation", session.redact(f"Tool input validation error: {errors}"))
         elif arguments:
             return ToolRejected("input_validation", f"Tool input validation error: '{name}' takes no arguments")
-        if session.env is None:
+        if episode.env is None:
             return ToolRejected("session_ended", f"'{name}' was not run: the session has no live environment.")
         if tool is EXECUTE_CODE_TOOL:
-            return await self._execute_code(session, args[0].code)
-        timeout = self.settings.tool_timeout
+            return await self._execute_code(session, episode, args[0].code)
         try:
-            if timeout is None:
-                output = await run_user_code(tool.function, session.env, *args)
-            else:
-                with anyio.move_on_after(timeout) as scope:
-                    output = await run_user_code(tool.function, session.env, *args)
-                if scope.cancelled_caught:
-                    return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
+            output = await self._run_tool(session, episode, call, tool, episode.env, args, started)
+        except _Overtime:
+            return self._timed_out(name)
         except Exception as exc:
             return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
         if not isinstance(output, ToolOutput):
             return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
+        # The limit counts characters of the blocks' content (text, and base64 image data), not of the JSON.
         size = sum(len(block.text if block.type == "text" else block.data) for block in output.blocks)
         if size > self.settings.max_output_chars:
             return ToolRejected(
@@ -586,8 +798,84 @@ class SessionStore:
             )
         return output
 
-    async def _execute_code(self, session: Session, code: str) -> CallResult:
-        """One CodeAct step. It runs inside the session lock its call holds, so the code's tool calls go
+    def _timed_out(self, name: str) -> ToolRejected:
+        timeout = self.settings.tool_timeout
+        return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
+
+    async def _run_tool(
+        self,
+        session: Session,
+        episode: Episode,
+        call: ToolCall | None,
+        tool: ToolDef,
+        env: Environment,
+        args: tuple[Any, ...],
+        started: float,
+    ) -> Any:
+        """Run the tool: async code awaited (and cancelled at the timeout), sync code on the tool threads. A sync
+        tool past the timeout is answered `timeout` at once but keeps its thread, its pool slot and the episode's
+        lock until it really returns (`Episode.overdue` meanwhile). Async code past the timeout raises _Overtime."""
+        timeout = self.settings.tool_timeout if call is not None else None
+        if inspect.iscoroutinefunction(tool.function):
+            with anyio.move_on_after(timeout):
+                return await tool.function(env, *args)
+            raise _Overtime()
+        work = functools.partial(tool.function, env, *args)
+        # The slot is taken here and given back only when the thread has returned, even past the timeout, so
+        # hung tools can hold at most `tool_threads` threads.
+        slot, limiter, acquired = object(), self.limiters["tools"], False
+        with anyio.move_on_after(timeout):
+            await limiter.acquire_on_behalf_of(slot)
+            acquired = True
+        if not acquired:
+            raise _Overtime()  # no tool thread came free in time: the tool did not run
+        try:
+            if timeout is None or call is None:
+                output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
+            else:
+                async with anyio.create_task_group() as watch:
+                    watch.start_soon(self._watch, session, episode, call, started)
+                    try:
+                        output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
+                    finally:
+                        watch.cancel_scope.cancel()
+        finally:
+            limiter.release_on_behalf_of(slot)
+        if call is not None and call.done.is_set():  # answered `timeout` already: the overdue thread ending
+            episode.overdue -= 1
+            self.overdue_calls -= 1
+            logger.warning(
+                "overdue call of '%s' ended after %.1f s",
+                call.name,
+                time.monotonic() - started,
+                extra={"session_id": session.id},
+            )
+        if inspect.isawaitable(output):
+            with anyio.move_on_after(timeout):
+                return await output
+            raise _Overtime()
+        return output
+
+    async def _watch(self, session: Session, episode: Episode, call: ToolCall, started: float) -> None:
+        timeout = self.settings.tool_timeout
+        assert timeout is not None
+        await anyio.sleep(timeout)
+        episode.overdue += 1
+        self.overdue_calls += 1
+        self.counts["overdue"] += 1
+        logger.warning(
+            "'%s' exceeded tool_timeout (%g s): answered 'timeout'; its thread keeps its slot and the session "
+            "refuses calls until it ends",
+            call.name,
+            timeout,
+            extra={"session_id": session.id},
+        )
+        for waiter in list(episode.waiting):
+            waiter.cancel()  # calls queued behind it are refused (session_busy) rather than left waiting
+        self._publish(session, episode, call, self._timed_out(call.name), started)
+
+    async def _execute_code(self, session: Session, episode: Episode, code: str) -> CallResult:
+        """One CodeAct step. It runs inside the episode lock its call holds, so the code's tool calls go
         straight into `_invoke` (taking the lock again would deadlock): each is validated, run, counted and
         recorded like a call from a face. The step's reward is the sum of theirs; it finished the episode if
         one of them did. A step that failed before any tool call succeeded is a crash (nothing to report);
@@ -599,8 +887,8 @@ class SessionStore:
             if name == EXECUTE_CODE_TOOL.name:
                 raise ToolCallFailed("execute_code cannot be called from inside code")
             started = time.monotonic()
-            result = await self._invoke(session, name, arguments)
-            self._record(session, result)
+            result = await self._invoke(session, episode, name, arguments)
+            self._record(episode, result)
             self._count(session, name, result, time.monotonic() - started)
             if not isinstance(result, ToolOutput):
                 raise ToolCallFailed(result.message)
@@ -637,79 +925,22 @@ class SessionStore:
             truncated=truncated,
         )
 
-    def _record_step(self, session: Session, step: ToolOutput) -> None:
+    def _record_step(self, episode: Episode, step: ToolOutput) -> None:
         """Record a CodeAct step: its tool calls were counted and recorded one by one already, so the step
         only sets what a client reads as "the last reward" (their sum) and the info."""
-        session.last_reward = float(step.reward or 0.0)
-        session.info = dict(step.metadata or {})
+        episode.last_reward = float(step.reward or 0.0)
+        episode.info = dict(step.metadata or {})
 
-    def _record(self, session: Session, result: CallResult) -> None:
+    def _record(self, episode: Episode, result: CallResult) -> None:
         if not isinstance(result, ToolOutput):
             # A failed call earns nothing, so a client reading "the last reward" does not count one twice.
             if not (isinstance(result, ToolRejected) and result.reason == "episode_finished"):
-                session.last_reward = 0.0
+                episode.last_reward = 0.0
             return
-        session.step_count += 1
-        session.last_reward = float(result.reward or 0.0)
-        session.total_reward += session.last_reward
-        session.info = dict(result.metadata or {})
+        episode.step_count += 1
+        episode.last_reward = float(result.reward or 0.0)
+        episode.total_reward += episode.last_reward
+        episode.info = dict(result.metadata or {})
         if result.finished:
-            session.state = State.FINISHED
-            session.truncated = result.truncated
-
-    # Reading the environment.
-
-    async def read_prompt(self, session: Session) -> Blocks:
-        """The episode's opening blocks (`get_prompt()`), read under the session lock."""
-        blocks: Blocks = await self._read(session, "get_prompt")
-        return blocks
-
-    async def initial_observation(self, session: Session) -> Any:
-        """The episode's first observation (`initial_observation()`), read under the session lock."""
-        return await self._read(session, "initial_observation")
-
-    async def _read(self, session: Session, method: str) -> Any:
-        """Call a method of the session's environment that returns something about the episode. A session that
-        is gone raises SessionDeleted, one without a built environment SessionStarting, and a method that raises
-        (or returns the wrong thing) ReadFailed."""
-        async with session.lock:
-            if session.state is State.DELETED:
-                raise SessionDeleted()
-            env = session.env
-            if env is None:
-                raise SessionStarting()
-            try:
-                value = await run_user_code(getattr(env, method), limiter=self._lifecycle_limiter)
-                if method == "get_prompt":
-                    value = _blocks.validate_python(value)
-            except Exception as exc:
-                raise ReadFailed(session.redact(f"{method} failed: {_describe(exc)}")) from None
-        return value
-
-    # Resetting an episode in place (Eval Protocol's reset_session).
-
-    async def reset(self, session: Session, seed: int | None) -> None:
-        """Rebuild the session's episode: teardown, a new environment (from `seed` if the session was seeded),
-        setup, and cleared counters. Waits for a running call first."""
-        async with session.lock:
-            if session.state is State.DELETED:
-                return
-            await self._teardown(session)
-            if session.config is not None:
-                session.seed = seed
-                session.task_spec = await anyio.to_thread.run_sync(session.env_cls.task_from_seed, seed, session.config)
-            session.env = None
-            session.state = State.SETTING_UP
-            session.setup_error = None
-            session.ready = anyio.Event()
-            session.step_count = 0
-            session.last_reward = session.total_reward = 0.0
-            session.truncated = False
-            session.info = {}
-            session.calls.clear()
-            session.ended_calls.clear()
-            session.built = False
-            await self._build(session, reseed=session.config is not None)
-            if session.state is State.DELETED:  # discarded while rebuilding: the new environment is ours to end
-                await self._teardown(session)
-        session.touch()
+            episode.state = State.FINISHED
+            episode.truncated = result.truncated

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from ors_server.scale.ids import WorkerTag
 
@@ -21,9 +21,16 @@ class Settings:
     ready_wait: float = 25.0
     """How long endpoints that need a ready session wait for `setup()` before answering 503."""
     tool_timeout: float | None = None
-    """Seconds a tool call may run before it fails; None for no limit."""
+    """Seconds a tool call may run before its caller gets `timeout`; None for no limit. A sync tool's thread runs
+    on until it returns, and its session refuses calls (`session_busy`) meanwhile."""
+    tool_threads: int = 40
+    """Worker threads for sync tool calls (a timed-out call keeps its thread until it really returns)."""
+    discovery_threads: int = 8
+    """Worker threads for listing splits and tasks, apart from tool calls."""
+    lifecycle_threads: int = 16
+    """Worker threads for task_from_seed, construction, setup, teardown and prompt reads, apart from tool calls."""
     max_output_chars: int = 16 * 1024 * 1024
-    """The largest tool result (as JSON text) a call may return."""
+    """The most characters a tool result's blocks may hold (text plus base64 image data)."""
     max_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 64 * 1024
     """The largest request line plus headers a client may send (431 past it)."""
@@ -80,6 +87,9 @@ class Settings:
             "tombstones",
             "codeact_memory_bytes",
             "codeact_output_chars",
+            "tool_threads",
+            "discovery_threads",
+            "lifecycle_threads",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
@@ -93,10 +103,6 @@ class Settings:
             WorkerTag.parse(self.worker_tag)
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port!r}")
-
-    @classmethod
-    def field_names(cls) -> set[str]:
-        return {f.name for f in fields(cls)}
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

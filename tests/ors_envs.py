@@ -427,3 +427,37 @@ def call(client: httpx.Client, sid: str, name: str, arguments: Any = None, path:
     assert response.status_code == 200, raw
     assert response.headers["content-type"].startswith("text/event-stream"), response.headers
     return parse_sse(raw)
+
+
+class SlowTeardown(OneTask):
+    """`teardown()` blocks until the test opens the gate named `<tag>-teardown`."""
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text="tear me down slowly")]
+
+    def teardown(self) -> None:
+        record(self.tag, "teardown-start")
+        gate(self.tag + "-teardown").wait(GATE_TIMEOUT)
+        super().teardown()
+
+    @tool
+    def noop(self) -> ToolOutput:
+        """Do nothing."""
+        return ToolOutput(blocks=[TextBlock(text="noop")])
+
+
+class Seeded(OneTask):
+    """Journals every `task_from_seed` under the config's `tag`; the task carries the tag and the seed."""
+
+    @classmethod
+    def task_from_seed(cls, seed: int | None, config: dict[str, Any]) -> dict[str, Any]:
+        record(config["tag"], f"task_from_seed {seed}")
+        return {"tag": config["tag"], "seed": seed}
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text=f"seed {self.task_spec.get('seed')}")]
+
+    @tool
+    def noop(self) -> ToolOutput:
+        """Do nothing."""
+        return ToolOutput(blocks=[TextBlock(text="noop")])

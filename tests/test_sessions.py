@@ -28,7 +28,9 @@ from tests.ors_envs import (
     FailingSetup,
     MathLike,
     OtherEnv,
+    Seeded,
     SlowSetup,
+    SlowTeardown,
     count,
     gate,
     journal,
@@ -676,3 +678,69 @@ async def test_open_checks_admission_before_running_task_from_seed() -> None:
         await store.open("a", MathLike, config={}, created_by="mcp")
         with pytest.raises(CapacityReached):
             await store.open("b", MathLike, config={"split": "nope"}, created_by="mcp")  # not InvalidTask
+
+
+# Races around reset: each of these failed before episodes were split from sessions.
+
+
+async def test_reset_never_revives_a_session_deleted_while_the_old_episode_tears_down() -> None:
+    tag = new_tag()
+    store = SessionStore(FAST)
+    async with store.run(), anyio.create_task_group() as group:
+        session = await ready(store, "s", SlowTeardown, math_task(0, tag))
+        group.start_soon(store.reset, session, None)
+        await eventually(lambda: count(tag, "teardown-start") == 1)
+        await store.discard("s", "deleted")
+        gate(tag + "-teardown").set()
+        with anyio.fail_after(5):
+            await session.ended.wait()
+    assert session.state is State.DELETED and "s" not in store
+    assert count(tag, "init") == count(tag, "teardown")
+
+
+async def test_a_delete_during_a_resets_rebuild_tears_the_new_environment_down_once_and_ends_the_session() -> None:
+    tag = new_tag()
+    store = SessionStore(FAST)
+    async with store.run(), anyio.create_task_group() as group:
+        gate(tag).set()
+        session = await ready(store, "s", SlowSetup, math_task(0, tag))
+        gate(tag).clear()
+        group.start_soon(store.reset, session, None)
+        await eventually(lambda: count(tag, "setup") == 2)
+        await store.discard("s", "deleted")
+        gate(tag).set()
+        with anyio.fail_after(5):
+            await session.ended.wait()
+        assert journal(tag) == ["init", "setup", "setup-done", "teardown", "init", "setup", "setup-done", "teardown"]
+        assert session.state is State.DELETED
+
+
+async def test_shutdown_during_a_resets_rebuild_ends_without_waiting_its_teardown_timeout() -> None:
+    tag = new_tag()
+    store = SessionStore(settings(teardown_timeout=60.0))
+
+    async def release_when_closing() -> None:
+        await eventually(lambda: store.closing)
+        gate(tag).set()
+
+    with anyio.fail_after(15):
+        async with store.run(), anyio.create_task_group() as group:
+            gate(tag).set()
+            session = await ready(store, "s", SlowSetup, math_task(0, tag))
+            gate(tag).clear()
+            group.start_soon(store.reset, session, None)
+            await eventually(lambda: count(tag, "setup") == 2)
+            group.start_soon(release_when_closing)
+            await store.shutdown()
+    assert session.ended.is_set() and count(tag, "teardown") == 2
+
+
+async def test_task_from_seed_runs_once_per_seeded_reset() -> None:
+    tag = new_tag()
+    store = SessionStore(FAST)
+    async with store.run():
+        session, _ = await store.open("s", Seeded, seed=1, config={"tag": tag}, created_by="mcp")
+        await store.get_ready("s")
+        await store.reset(session, seed=2)
+        assert journal(tag) == ["task_from_seed 1", "init", "setup", "task_from_seed 2", "teardown", "init", "setup"]
+        assert session.seed == 2 and session.task_spec == {"tag": tag, "seed": 2}

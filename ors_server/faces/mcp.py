@@ -76,7 +76,7 @@ from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.scale.ids import worker_tag
 from ors_server.scale.tagging import public_id, tagged_transport
-from ors_server.sessions import Session, SessionStore, ToolCrashed, ToolRejected
+from ors_server.sessions import Ending, Session, SessionStore, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
 from ors_server.types import ImageBlock, TextBlock, ToolOutput
 
@@ -379,7 +379,7 @@ class McpFace:
             if not self._opening[key]:
                 del self._opening[key]
 
-    async def close(self, transport_id: str, how: str) -> None:
+    async def close(self, transport_id: str, how: Ending) -> None:
         """A transport ended (DELETE, idle, or unknown to the manager): end its episode if nobody else uses it."""
         binding = self._bindings.pop(transport_id, None)
         if binding is None:
@@ -391,7 +391,7 @@ class McpFace:
             return
         await self._end(session, how)
 
-    async def _end(self, session: Session, how: str) -> None:
+    async def _end(self, session: Session, how: Ending) -> None:
         if self._current(session):
             await self.store.discard(session.id, how)
 

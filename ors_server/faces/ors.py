@@ -34,7 +34,7 @@ from ors_server.errors import (
 from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.scale import ids
-from ors_server.sessions import CallResult, Session, SessionStore, ToolCall, ToolCrashed, ToolRejected, run_user_code
+from ors_server.sessions import CallResult, Session, SessionStore, ToolCall, ToolCrashed, ToolRejected
 from ors_server.types import Blocks, Split, ToolOutput
 
 FAST_ANSWER_WAIT = 0.5
@@ -164,8 +164,8 @@ def _secrets(request: Request, body: CreateBody) -> dict[str, str]:
     return secrets
 
 
-async def _split_name(env_cls: type[Environment], split: str) -> str:
-    names = [Split.of(s).name for s in await run_user_code(env_cls.list_splits)]
+async def _split_name(store: SessionStore, env_cls: type[Environment], split: str) -> str:
+    names = [Split.of(s).name for s in await store.discover(env_cls.list_splits)]
     if split not in names:
         raise InvalidSplit()
     return split
@@ -198,15 +198,15 @@ async def tools(request: Request) -> Response:
 
 async def splits(request: Request) -> Response:
     env_cls = _path_env(request)
-    return JSONResponse([Split.of(s).model_dump() for s in await run_user_code(env_cls.list_splits)])
+    return JSONResponse([Split.of(s).model_dump() for s in await _store(request).discover(env_cls.list_splits)])
 
 
 async def tasks(request: Request) -> Response:
     env_cls = _path_env(request)
     body = await read_body(request, SplitBody)
-    split = await _split_name(env_cls, body.split)
+    split = await _split_name(_store(request), env_cls, body.split)
     try:
-        found = await run_user_code(env_cls.list_tasks, split)
+        found = await _store(request).discover(env_cls.list_tasks, split)
     except NotImplementedError:
         raise BadRequest(f"'{env_cls.name}' does not list its tasks; use /num_tasks and /task") from None
     return JSONResponse({"tasks": found, "env_name": env_cls.name})
@@ -215,13 +215,15 @@ async def tasks(request: Request) -> Response:
 async def num_tasks(request: Request) -> Response:
     env_cls = _path_env(request)
     body = await read_body(request, SplitBody)
-    return JSONResponse({"num_tasks": await run_user_code(env_cls.num_tasks, await _split_name(env_cls, body.split))})
+    store = _store(request)
+    split = await _split_name(store, env_cls, body.split)
+    return JSONResponse({"num_tasks": await store.discover(env_cls.num_tasks, split)})
 
 
-async def _get_task(env_cls: type[Environment], split: str, index: int) -> dict[str, Any]:
-    split = await _split_name(env_cls, split)
+async def _get_task(store: SessionStore, env_cls: type[Environment], split: str, index: int) -> dict[str, Any]:
+    split = await _split_name(store, env_cls, split)
     try:
-        return await run_user_code(env_cls.get_task, split, index)
+        return await store.discover(env_cls.get_task, split, index)
     except IndexError:
         raise InvalidIndex() from None
 
@@ -229,15 +231,17 @@ async def _get_task(env_cls: type[Environment], split: str, index: int) -> dict[
 async def task(request: Request) -> Response:
     env_cls = _path_env(request)
     body = await read_body(request, TaskBody)
-    return JSONResponse({"task": await _get_task(env_cls, body.split, body.index), "env_name": env_cls.name})
+    return JSONResponse(
+        {"task": await _get_task(_store(request), env_cls, body.split, body.index), "env_name": env_cls.name}
+    )
 
 
 async def task_range(request: Request) -> Response:
     env_cls = _path_env(request)
     body = await read_body(request, TaskRangeBody)
-    split = await _split_name(env_cls, body.split)
+    split = await _split_name(_store(request), env_cls, body.split)
     try:
-        found = await run_user_code(env_cls.get_task_range, split, body.start, body.stop)
+        found = await _store(request).discover(env_cls.get_task_range, split, body.start, body.stop)
     except (IndexError, ValueError):
         raise InvalidIndex("Invalid index range") from None
     return JSONResponse({"tasks": found, "env_name": env_cls.name})
@@ -264,7 +268,7 @@ async def create(request: Request) -> Response:
     task_spec = body.task_spec
     if task_spec is None:
         assert body.split is not None and body.index is not None
-        task_spec = await _get_task(env_cls, body.split, body.index)
+        task_spec = await _get_task(_store(request), env_cls, body.split, body.index)
     _store(request).create(sid, env_cls, task_spec, secrets)
     return JSONResponse({"sid": sid})
 

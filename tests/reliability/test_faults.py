@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from environments.frozen_lake import FrozenLake
 from ors_server.app import create_app
@@ -103,13 +102,21 @@ def test_a_raising_tool_is_contained_to_its_call_on_ors_and_mcp():
         client.post("/delete", headers={"X-Session-ID": sid})
 
 
-@pytest.mark.parametrize("tool", ["hang", "hang_async"])
-def test_a_hanging_tool_fails_that_call_after_tool_timeout_and_the_session_stays_usable(tool: str):
+def _until_ok(attempt: Any, within: float = 10.0) -> Any:
+    """Call `attempt` until it returns something truthy (a call refused while a timed-out one runs on)."""
+    deadline = time.monotonic() + within
+    while not (result := attempt()):
+        assert time.monotonic() < deadline, "still refused"
+        time.sleep(0.05)
+    return result
+
+
+def test_a_hanging_async_tool_fails_that_call_after_tool_timeout_and_the_session_stays_usable():
     tag = new_tag()
     with live(tool_timeout=0.5) as client:
         sid = create(client, tag)
         started = time.monotonic()
-        result = ors_result(ors_call(client, sid, tool, {}, "faulty"))
+        result = ors_result(ors_call(client, sid, "hang_async", {}, "faulty"))
         assert time.monotonic() - started < 5
         assert result["ok"] is False and "did not finish" in result["error"]
         after = ors_result(ors_call(client, sid, "note", {"text": "still here"}, "faulty"))
@@ -117,11 +124,40 @@ def test_a_hanging_tool_fails_that_call_after_tool_timeout_and_the_session_stays
 
         key = uuid.uuid4().hex
         transport = mcp_open(client, "/faulty/mcp/", {"session_id": key, "config": {"task_spec": {"tag": tag}}})
-        timed_out = mcp_call(client, "/faulty/mcp/", transport, tool, {})
+        timed_out = mcp_call(client, "/faulty/mcp/", transport, "hang_async", {})
         assert timed_out["isError"] and "did not finish" in timed_out["content"][0]["text"]
         reward = client.get("/faulty/control/reward", headers={"mcp-session-id": key}).json()
         assert reward == {"reward": 0.0, "step_count": 0}
         assert not mcp_call(client, "/faulty/mcp/", transport, "note", {"text": "again"})["isError"]
+        client.delete("/faulty/mcp/", headers={**ACCEPT_MCP, "mcp-session-id": transport})
+
+
+def test_a_sync_tool_past_tool_timeout_fails_that_call_and_the_session_is_busy_until_its_thread_ends():
+    # A thread cannot be stopped: the next call must never run alongside it, so it is refused at once.
+    ors_tag, mcp_tag = new_tag(), new_tag()
+    with live(tool_timeout=0.5) as client:
+        sid = create(client, ors_tag)
+        started = time.monotonic()
+        result = ors_result(ors_call(client, sid, "hang", {}, "faulty"))
+        assert time.monotonic() - started < 5
+        assert result["ok"] is False and "did not finish" in result["error"]
+        busy = ors_result(ors_call(client, sid, "note", {"text": "too soon"}, "faulty"))
+        assert busy["ok"] is False and "still running" in busy["error"]
+        gate(ors_tag).set()
+        after = _until_ok(lambda: ors_result(ors_call(client, sid, "note", {"text": "now"}, "faulty"))["ok"])
+        assert after is True
+        assert journal(ors_tag).count("note") == 1
+
+        key = uuid.uuid4().hex
+        transport = mcp_open(client, "/faulty/mcp/", {"session_id": key, "config": {"task_spec": {"tag": mcp_tag}}})
+        timed_out = mcp_call(client, "/faulty/mcp/", transport, "hang", {})
+        assert timed_out["isError"] and "did not finish" in timed_out["content"][0]["text"]
+        refused = mcp_call(client, "/faulty/mcp/", transport, "note", {"text": "too soon"})
+        assert refused["isError"] and "still running" in refused["content"][0]["text"]
+        reward = client.get("/faulty/control/reward", headers={"mcp-session-id": key}).json()
+        assert reward == {"reward": 0.0, "step_count": 0}
+        gate(mcp_tag).set()
+        _until_ok(lambda: not mcp_call(client, "/faulty/mcp/", transport, "note", {"text": "again"})["isError"])
         client.delete("/faulty/mcp/", headers={**ACCEPT_MCP, "mcp-session-id": transport})
         client.post("/delete", headers={"X-Session-ID": sid})
 
