@@ -16,6 +16,11 @@ Binding an MCP session to an episode
        `streamable_http_client(url, http_client=create_mcp_http_client(headers={"X-Session-ID": sid}))`.
     3. else the transport id itself: a fresh episode (seeded by `_extra.seed`/`config` if given).
 
+    When the episode is named at `initialize` (1 or 2), the `initialize` result carries its task statement as
+    `instructions` (the text of `get_prompt()`), once setup is done: the answer waits for setup up to
+    `ready_wait` and leaves `instructions` out rather than fail the handshake. The prompt `task` (`prompts/get`)
+    serves the same statement, images included, for every binding.
+
     An unknown key creates the session (`created_by="mcp"`). A known key attaches to the live episode,
     whichever face created it, except that re-initializing an MCP-created key whose episode has already
     been stepped restarts it (`store.reset` with the same seed), so running the same dataset row again on
@@ -83,6 +88,8 @@ from ors_server.types import ImageBlock, TextBlock, ToolOutput
 logger = logging.getLogger("ors_server.mcp")
 
 SESSION_HEADER = "mcp-session-id"
+EPISODE_SCOPE_KEY = "ors.episode"
+"""ASGI scope key of an `initialize` request whose episode was named before the SDK answers it."""
 KEY_HEADER = "x-session-id"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -267,6 +274,7 @@ class McpFace:
             on_get_prompt=self._get_prompt,
         )
         self.server.middleware.append(_handshake_only)
+        self.server.middleware.append(self._instructions)
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
             json_response=True,
@@ -341,6 +349,8 @@ class McpFace:
             await _send_error(scope, send, exc, message.get("id"))
             return
 
+        if session is not None:
+            scope[EPISODE_SCOPE_KEY] = session
         bound: list[str] = []
         replaced = False
 
@@ -450,6 +460,29 @@ class McpFace:
                 await self.close(transport_id, "deleted" if status != 404 else "reaped")
 
     # MCP handlers.
+
+    async def _instructions(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+        """Add the episode's task statement to an `initialize` result, when `open` named the episode."""
+        result = await call_next(ctx)
+        request = ctx.request
+        session = request.scope.get(EPISODE_SCOPE_KEY) if ctx.method == "initialize" and request else None
+        if isinstance(session, Session) and isinstance(result, dict):
+            text = await self._task_text(session)
+            if text:
+                result["instructions"] = text
+        return result
+
+    async def _task_text(self, session: Session) -> str | None:
+        """The text of the episode's prompt, or None if it is not ready within `ready_wait` or cannot be read.
+        The handshake must not fail for it: the prompt `task` is there to read it later."""
+        with anyio.move_on_after(self.settings.ready_wait):
+            try:
+                if await self.store.get_ready(session.id) is session:
+                    blocks = await self.store.read_prompt(session)
+                    return "\n".join(block.text for block in blocks if isinstance(block, TextBlock)) or None
+            except OrsError as exc:
+                logger.info("no instructions at initialize: %s", exc.message, extra={"session_id": session.id})
+        return None
 
     def _binding(self, ctx: ServerRequestContext[Any, Any]) -> tuple[str | None, _Binding | None]:
         request = ctx.request
