@@ -124,6 +124,24 @@ def _parser() -> argparse.ArgumentParser:
         help="serve from N worker processes behind a session-routing front (--max-sessions is split over them)",
     )
     serve.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run the --workers as Ray actors on the cluster at ADDRESS (none: a new local Ray instance); "
+        "needs the ray extra: pip install 'ors-server[ray]'",
+    )
+    serve.add_argument(
+        "--ray-placement",
+        choices=["spread", "pack"],
+        default="spread",
+        help="spread: workers round-robin over the cluster's nodes; pack: where Ray's scheduler puts them",
+    )
+    serve.add_argument(
+        "--ray-worker-cpus", type=float, default=1.0, metavar="N", help="CPUs Ray reserves for each worker"
+    )
+    serve.add_argument(
         "--log-level", default=Settings.log_level, choices=["critical", "error", "warning", "info", "debug"]
     )
 
@@ -170,11 +188,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"ors-server: {exc}") from None
     if settings.codeact:
         _check_codeact(settings)
+    if args.workers is not None and args.workers < 1:
+        raise SystemExit("ors-server: --workers must be at least 1")
+    if args.ray is not None:
+        if args.workers is None:
+            raise SystemExit("ors-server: --ray needs --workers N")
+        try:
+            from ors_server.scale import on_ray
+        except ImportError:
+            raise SystemExit("ors-server: --ray needs Ray: pip install 'ors-server[ray]'") from None
+        on_ray.serve(args.env, settings, args.workers, args.ray or None, args.ray_placement, args.ray_worker_cpus)
+        return
     if args.workers is not None:
         from ors_server.scale import local
 
-        if args.workers < 1:
-            raise SystemExit("ors-server: --workers must be at least 1")
         local.serve(args.env, settings, args.workers)
         return
     Server(environments, settings).run()
