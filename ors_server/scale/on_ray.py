@@ -24,11 +24,12 @@ import ray
 import uvicorn
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ors_server.http_limits import BoundedHttpToolsProtocol
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, State, Worker, WorkerTable
-from ors_server.server import configure_logging
+from ors_server.server import configure_logging, uvicorn_config
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.ray")
@@ -51,15 +52,7 @@ class OrsWorker:
         configure_logging(settings.log_level)
         self.app = create_app(resolve_environments(envs), settings)
         host = ray.util.get_node_ip_address()
-        config = uvicorn.Config(
-            self.app,
-            host=host,
-            port=0,
-            log_level=settings.log_level,
-            timeout_keep_alive=60,
-            access_log=False,
-            timeout_graceful_shutdown=int(settings.shutdown_grace) or None,
-        )
+        config = uvicorn_config(self.app, settings, host=host, port=0)
         # Signals stay Ray's: uvicorn only captures them on the main thread, and an actor's loop is not there.
         self.server = uvicorn.Server(config)
         self.serving = asyncio.ensure_future(self.server.serve())
@@ -293,9 +286,10 @@ def serve(
     try:
         table = WorkerTable(count)
         membership = RayMembership(controller_for(envs, settings, count, placement, cpus), table)
+        refusals = Refusals(resolve_environments(envs), settings)
         front = Front(
             table,
-            Refusals(resolve_environments(envs), settings),
+            refusals,
             max_body_bytes=settings.max_body_bytes,
             lifespan=membership.run,
             on_unreachable=membership.unreachable,
@@ -304,6 +298,7 @@ def serve(
             front,
             host=settings.host,
             port=settings.port,
+            http=BoundedHttpToolsProtocol.bounded_by(settings, refusals.faces),  # the front is what clients reach
             log_level=settings.log_level,
             timeout_keep_alive=60,
             access_log=False,
