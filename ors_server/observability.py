@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -23,6 +23,11 @@ from ors_server.faces import FaceTable
 from ors_server.sessions import Session, SessionStore
 
 access_log = logging.getLogger("ors_server.access")
+
+CLIENT_DISCONNECTED = "client_disconnected"
+CLIENT_CLOSED_REQUEST = 499
+"""The access log's status for a request its client abandoned (nginx's convention)."""
+_STATUS_CLASSES = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
 
 SESSION_EVENTS = ("created", "deleted", "reaped", "shutdown", "setup_failed")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -86,6 +91,13 @@ class Metrics:
         )
         self._call_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self.request_seconds_by_face = {face: self.request_seconds.labels(face) for face in faces.names}
+        self.requests = Counter(
+            "ors_requests",
+            "HTTP requests by face and outcome: the status class, or client_disconnected",
+            ["face", "outcome"],
+            registry=self.registry,
+        )
+        self._request_children: dict[tuple[str, str], Any] = {}
         store.on_call.append(self._on_call)
 
     def _on_call(self, session: Session, tool: str, outcome: str, seconds: float) -> None:
@@ -98,6 +110,12 @@ class Metrics:
             self._call_children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def count_request(self, face: str, outcome: str) -> None:
+        child = self._request_children.get((face, outcome))
+        if child is None:
+            child = self._request_children[(face, outcome)] = self.requests.labels(face, outcome)
+        child.inc()
 
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
@@ -124,11 +142,17 @@ class Observe:
                 status = message["status"]
             await send(message)
 
+        outcome = None
         try:
             await self.app(scope, receive, send_status)
+        except ClientDisconnect:
+            # The client went away while sending its request: no one to answer, and not the server's fault (before,
+            # this reached uvicorn as a 500 with a traceback: a log flood with many slow clients).
+            outcome, status = CLIENT_DISCONNECTED, CLIENT_CLOSED_REQUEST
         finally:
             seconds = time.perf_counter() - started
             self.metrics.request_seconds_by_face[face].observe(seconds)
+            self.metrics.count_request(face, outcome or _STATUS_CLASSES.get(status // 100, "other"))
             if access_log.isEnabledFor(logging.INFO):
                 access_log.info(_access_line(scope, status, seconds, face))
 

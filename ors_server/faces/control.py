@@ -23,7 +23,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
@@ -62,6 +62,8 @@ def _control(handler: Handler) -> Handler:
             return render_error(Refused(404, f"Session {_raw_key(request)} not found"))
         except OrsError as exc:
             return render_error(exc)
+        except ClientDisconnect:
+            raise  # the client is gone: not a server error (counted apart by Observe)
         except Exception:
             logger.exception("control-plane request failed")
             return render_error(Refused(500, "Internal server error"))
