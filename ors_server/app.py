@@ -17,6 +17,7 @@ from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
 from ors_server.faces import Core, Face, FaceTable, control, mcp, ors
 from ors_server.guards import Guard
+from ors_server.hosts import AllowedHosts
 from ors_server.observability import Metrics, Observe
 from ors_server.registry import Registry
 from ors_server.sessions import SessionStore
@@ -57,7 +58,13 @@ def create_app(
     routes.append(Route("/metrics", metrics.endpoint))
     middleware = [
         Middleware(Observe, metrics=metrics, faces=faces_table),
-        Middleware(Guard, faces=faces_table, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes),
+        Middleware(
+            Guard,
+            faces=faces_table,
+            hosts=AllowedHosts(settings),
+            api_key=settings.api_key,
+            max_body_bytes=settings.max_body_bytes,
+        ),
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=_handlers(faces_table))
     app.state.settings = settings

@@ -1,4 +1,4 @@
-"""Refusals before any face's handlers run: the optional API key and the request body size limit.
+"""Refusals before any face's handlers run: a stranger Host or Origin, the optional API key, the body size limit.
 
 Each refusal is rendered by the face the request belongs to (its routes say which), in that face's shape.
 """
@@ -11,26 +11,34 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server.errors import Refused
 from ors_server.faces import FaceTable
+from ors_server.hosts import AllowedHosts
 
 OPEN_PATHS = {"/health"}
 
 
 class Guard:
-    """Require the API key (when one is set) on every path but `/health`, WebSockets included; refuse oversize
-    bodies.
+    """On every path but `/health`, WebSockets included: refuse a Host or browser Origin outside the allowed
+    list (421 / 403: DNS-rebinding protection, see `ors_server.hosts`) and require the API key (when one is
+    set). Refuse oversize bodies.
 
     The key is accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>` (what the `openreward`
     client sends), compared in constant time.
     """
 
-    def __init__(self, app: ASGIApp, faces: FaceTable, api_key: str | None, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, faces: FaceTable, hosts: AllowedHosts, api_key: str | None, max_body_bytes: int
+    ) -> None:
         self.app = app
         self.faces = faces
+        self.hosts = hosts
         self.api_key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
+            stranger = self._stranger(dict(scope["headers"]))
+            if stranger is not None:
+                return await send({"type": "websocket.close", "code": 1008, "reason": stranger.message})
             if self.api_key is not None and not self._authorized(dict(scope["headers"])):
                 # Closing before accepting: the server answers the handshake with 403.
                 return await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong API key"})
@@ -39,6 +47,10 @@ class Guard:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         path = scope["path"]
+        if path not in OPEN_PATHS:
+            stranger = self._stranger(headers)
+            if stranger is not None:
+                return await self.faces.of(scope).render_error(stranger)(scope, receive, send)
         if self.api_key is not None and path not in OPEN_PATHS and not self._authorized(headers):
             refusal = Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
             return await self.faces.of(scope).render_error(refusal)(scope, receive, send)
@@ -86,6 +98,16 @@ class Guard:
             if not answered:
                 raise
             # The app failed on the disconnect it was shown, after the client already had its answer.
+
+    def _stranger(self, headers: dict[bytes, bytes]) -> Refused | None:
+        """The refusal for a request from outside the allowed hosts, as the MCP SDK answers it; else None."""
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not self.hosts.allows_host(host):
+            return Refused(421, "Invalid Host header")
+        origin = headers.get(b"origin")
+        if origin is not None and not self.hosts.allows_origin(origin.decode("latin-1")):
+            return Refused(403, "Invalid Origin header")
+        return None
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         assert self.api_key is not None

@@ -91,7 +91,6 @@ SESSION_HEADER = "mcp-session-id"
 EPISODE_SCOPE_KEY = "ors.episode"
 """ASGI scope key of an `initialize` request whose episode was named before the SDK answers it."""
 KEY_HEADER = "x-session-id"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 # JSON-RPC codes for refusals made before the SDK sees a request.
@@ -171,13 +170,10 @@ async def _handshake_only(ctx: ServerRequestContext[Any, Any], call_next: Any) -
     return await call_next(ctx)
 
 
-def _security(settings: Settings) -> TransportSecuritySettings:
-    hosts = [f"{host}:*" for host in LOOPBACK_HOSTS] + list(LOOPBACK_HOSTS)
-    if settings.host not in ("0.0.0.0", "::", "", *LOOPBACK_HOSTS):
-        hosts += [settings.host, f"{settings.host}:*"]
-    hosts += list(settings.allowed_hosts)
-    origins = [f"{scheme}://{host}" for scheme in ("http", "https") for host in hosts]
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+def _security() -> TransportSecuritySettings:
+    # Host and Origin are checked once for every face by the Guard (ors_server.hosts), with the same rules as
+    # the SDK's but case-insensitive names; the SDK still checks a POST's Content-Type.
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def _server_version() -> str:
@@ -278,7 +274,7 @@ class McpFace:
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
             json_response=True,
-            security_settings=_security(settings),
+            security_settings=_security(),
             session_idle_timeout=settings.session_timeout,
             max_request_body_size=settings.max_body_bytes,
             max_sessions=settings.max_sessions,

@@ -70,7 +70,7 @@ def toy(core: Core) -> Face:
 def client():
     LIFESPAN.clear()
     app = create_app([MathLike], Settings(api_key="sesame", max_body_bytes=100), faces=[toy, *FACES])
-    with TestClient(app) as test_client:
+    with TestClient(app, base_url="http://localhost") as test_client:
         yield test_client
     assert LIFESPAN == ["start", "stop"]
 
@@ -83,13 +83,13 @@ def test_a_face_added_to_the_list_serves_its_routes_under_its_prefix_and_runs_it
 
 
 def test_a_face_serves_websocket_routes(client):
-    with client.websocket_connect("/toy/ws", headers=KEY) as ws:
+    with client.websocket_connect("ws://localhost/toy/ws", headers=KEY) as ws:
         ws.send_json({"a": 1})
         assert ws.receive_json() == {"echo": {"a": 1}}
 
 
 def test_a_websocket_without_the_api_key_is_refused(client):
-    with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("/toy/ws"):
+    with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("ws://localhost/toy/ws"):
         pass
     assert refused.value.code == 1008
 
