@@ -93,9 +93,9 @@ def _input_model(cls_name: str, name: str, function: Callable[..., Any]) -> type
 class Environment:
     """One episode of a task. Subclass it, give it splits, tasks, a prompt and `@tool` methods.
 
-    A new instance is made for every session, with that session's `task_spec` and the `secrets` the client
-    passed. `setup()` and `teardown()` may be sync or async and run once each per session; sync code runs in
-    a worker thread, so it may block.
+    A new instance is made for every episode (a session's first, and one per reset), with the session's
+    `task_spec` and the `secrets` the client passed. `setup()` and `teardown()` may be sync or async and run
+    once each per instance; sync code runs in a worker thread, so it may block.
     """
 
     name: ClassVar[str]
@@ -189,7 +189,7 @@ class Environment:
         """Prepare the episode. Runs in the background after the session is created."""
 
     def teardown(self) -> None | Awaitable[None]:
-        """Release what the episode holds. Runs exactly once when the session ends, however it ends."""
+        """Release what the episode holds. Runs exactly once when the episode ends, however it ends."""
 
 
 def _text_of(blocks: Sequence[TextBlock | ImageBlock]) -> str:

@@ -94,6 +94,8 @@ class GymEnvironment(Environment):
         # The tool's name is a class attribute, so it cannot come from a `@tool` decorator; register the one
         # action tool as an explicit entry instead (a subclass renaming it replaces the inherited entry).
         tools = {name: t for name, t in cls.tools.items() if t.function is not GymEnvironment._act}
+        if cls.tool_name in tools:
+            raise TypeError(f"{cls.__name__} has a @tool named '{cls.tool_name}', the name of its action tool")
         description = cls.tool_description or (
             f"Take one action in the environment. Actions: {', '.join(cls.actions)}. Returns the new observation."
         )

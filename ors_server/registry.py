@@ -17,6 +17,8 @@ class Registry:
                 raise ValueError(f"two environments are named '{env_cls.name}'")
             if not env_cls.tools:
                 raise ValueError(f"environment '{env_cls.name}' has no @tool methods")
+            if env_cls.get_prompt is Environment.get_prompt:
+                raise ValueError(f"environment '{env_cls.name}' has no get_prompt(): every episode needs a prompt")
             self._by_name[key] = env_cls
         if not self._by_name:
             raise ValueError("a server needs at least one environment")
@@ -37,9 +39,3 @@ class Registry:
         if env_cls is None:
             raise EnvironmentNotFound(name)
         return env_cls
-
-    def __contains__(self, name: str) -> bool:
-        return name.lower() in self._by_name
-
-    def __iter__(self):
-        return iter(self._by_name.values())

@@ -12,8 +12,8 @@ an MCP transport id is accepted too and mapped to its key.
     POST reset_session   {"seed"}: rebuild the episode, clear the counters (200 for unknown ids too)
 
 Errors are `{"error": ...}`: 400 without the header, 404 `Session <id> not found` for an unknown id.
-Counters are read without the session lock, so answers never wait behind a running tool call (EP gives
-reward and status 3 s).
+Counters are read without any lock, and a reset swaps in a new episode without waiting for a call running in the
+old one, so answers never wait behind a running tool call (EP gives reward and status 3 s).
 """
 
 from __future__ import annotations

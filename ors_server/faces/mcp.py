@@ -13,7 +13,7 @@ Binding an MCP session to an episode
        its typed params, so the raw `initialize` body is read here, before the SDK parses it.
     2. else the `X-Session-ID` request header of the `initialize` POST. This is how an `mcp` 2.x client
        (which cannot send `_extra`) names a session, for example one created through ORS `/create`:
-       `streamable_http_client(url, http_client=create_mcp_http_client(headers={"X-Session-ID": sid}))`.
+       `streamable_http_client(url, http_client=httpx2.AsyncClient(headers={"X-Session-ID": sid}))`.
     3. else the transport id itself: a fresh episode (seeded by `_extra.seed`/`config` if given).
 
     When the episode is named at `initialize` (1 or 2), the `initialize` result carries its task statement as

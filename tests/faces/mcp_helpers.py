@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from pydantic import BaseModel
 
 from ors_server import Environment, ImageBlock, TextBlock, ToolOutput, tool
@@ -110,6 +110,11 @@ def server(*envs: type[Environment], **settings: Any) -> Iterator[str]:
         yield url
 
 
+def mcp_http_client(headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
+    """The HTTP client the `mcp` 2.x transport takes (it uses httpx2), with its usual timeouts and our headers."""
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+
+
 @contextlib.asynccontextmanager
 async def mcp_client(url: str, headers: dict[str, str] | None = None) -> AsyncIterator[tuple[ClientSession, list[str]]]:
     """An `mcp` 2.x `ClientSession` over streamable HTTP; the list fills with the transport id."""
@@ -120,7 +125,7 @@ async def mcp_client(url: str, headers: dict[str, str] | None = None) -> AsyncIt
         if sid and sid not in transport_ids:
             transport_ids.append(sid)
 
-    http = create_mcp_http_client(headers=headers)
+    http = mcp_http_client(headers)
     http.event_hooks["response"].append(grab)
     async with http, streamable_http_client(url, http_client=http) as (read, write):
         async with ClientSession(read, write) as session:

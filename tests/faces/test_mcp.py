@@ -9,7 +9,6 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from environments.frozen_lake import FrozenLake
 from environments.math import Math
@@ -18,6 +17,7 @@ from tests.faces.mcp_helpers import (
     Counter,
     call,
     mcp_client,
+    mcp_http_client,
     raw_initialize,
     rpc,
     server,
@@ -177,7 +177,7 @@ async def test_auto_client_is_refused_discovery_and_falls_back_to_the_handshake(
         if request.method == "POST":
             methods.append(json.loads(request.content).get("method"))
 
-    http = create_mcp_http_client()
+    http = mcp_http_client()
     http.event_hooks["request"].append(record)
     with server(Counter) as base:
         async with http, Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
@@ -192,7 +192,7 @@ async def test_sessionless_2026_client_drives_the_session_its_header_names():
     with server(Counter) as base:
         async with httpx.AsyncClient() as http:
             await raw_initialize(http, f"{base}/mcp", {"session_id": "named"})
-        named = create_mcp_http_client(headers={"X-Session-ID": "named"})
+        named = mcp_http_client(headers={"X-Session-ID": "named"})
         transport = streamable_http_client(f"{base}/mcp", http_client=named)
         async with named, Client(transport, mode="2026-07-28") as client:
             await client.call_tool("increment", {"by": 3})
