@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
-from ors_server.faces import Core, Face, FaceTable, control, mcp, ors
+from ors_server.faces import Core, Face, FaceTable, control, mcp, openenv, ors
 from ors_server.guards import Guard
 from ors_server.hosts import AllowedHosts
 from ors_server.observability import Metrics, Observe
@@ -24,6 +24,7 @@ from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
 FACES: list[Callable[[Core], Face]] = [
+    openenv.face,  # first: its fixed `/openenv/...` prefix would otherwise read as `/{env}/...` to ORS and MCP
     ors.face,
     mcp.face,
     control.face,

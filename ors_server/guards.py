@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hmac
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server.errors import Refused
@@ -40,8 +41,8 @@ class Guard:
             if stranger is not None:
                 return await send({"type": "websocket.close", "code": 1008, "reason": stranger.message})
             if self.api_key is not None and not self._authorized(dict(scope["headers"])):
-                # Closing before accepting: the server answers the handshake with 403.
-                return await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong API key"})
+                refusal = Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
+                return await deny_websocket(scope, receive, send, self.faces.of(scope).render_error(refusal))
             return await self.app(scope, receive, send)
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
@@ -118,3 +119,13 @@ class Guard:
         # Compare every candidate so timing does not reveal which header was checked.
         matches = [hmac.compare_digest(candidate, self.api_key) for candidate in offered]
         return any(matches)
+
+
+async def deny_websocket(scope: Scope, receive: Receive, send: Send, response: Response) -> None:
+    """Refuse a WebSocket handshake with `response` (an HTTP error in the face's own shape), where the server
+    can send one (the ASGI `websocket.http.response` extension, which uvicorn has); elsewhere close the handshake,
+    which the server answers with 403."""
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        await response(scope, receive, send)
+    else:
+        await send({"type": "websocket.close", "code": 1008, "reason": "refused"})

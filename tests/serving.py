@@ -20,16 +20,19 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(app, log_level: str = "warning") -> Iterator[str]:
+def serve(app, log_level: str = "warning", **options) -> Iterator[str]:
     """Run `app` under a real uvicorn server until the block ends; yields its base URL.
 
-    An app built by `create_app` is served as `ors-server serve` serves it (its HTTP limits included)."""
+    An app built by `create_app` is served as `ors-server serve` serves it (its HTTP limits included).
+    `options` go to `uvicorn.Config` (for example `ws_ping_interval`)."""
     port = free_port()
     settings = getattr(getattr(app, "state", None), "settings", None)
     if settings is not None:
-        config = uvicorn_config(app, settings, host="127.0.0.1", port=port, log_level=log_level, lifespan="on")
+        config = uvicorn_config(
+            app, settings, host="127.0.0.1", port=port, log_level=log_level, lifespan="on", **options
+        )
     else:
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan="on")
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan="on", **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -1,7 +1,7 @@
 """Cached virtual environments for the official clients, which cannot share the project's environment.
 
-`openreward` 0.1.167 pins sse-starlette 2.x and `eval-protocol` 0.3.33 pins `mcp<2`, while the server
-needs sse-starlette 3 and mcp 2; so each client gets its own venv under `<repo>/.client-venvs/<name>`
+`openreward` 0.1.167 pins sse-starlette 2.x, and `eval-protocol` 0.3.33 and `openenv` 0.10.0 pin `mcp<2`,
+while the server needs sse-starlette 3 and mcp 2; so each client gets its own venv under `<repo>/.client-venvs/<name>`
 (or `$ORS_CLIENT_VENVS/<name>`), built once and reused across runs.
 
 A venv counts as built only when its marker file holds exactly the spec it was built from, and the
@@ -29,6 +29,8 @@ VENVS: dict[str, tuple[str, ...]] = {
     # Both ORS clients co-install (ors-sdk 0.1.0 has no pins that conflict with openreward's).
     "openreward": ("openreward==0.1.167", "ors-sdk==0.1.0"),
     "eval-protocol": ("eval-protocol==0.3.33",),
+    # openenv 0.10 pins mcp 1.x and fastmcp 3.x; its CLI (`openenv validate`) ships in the same wheel.
+    "openenv": ("openenv==0.10.0",),
 }
 
 INSTALL_TIMEOUT = 900.0

@@ -13,7 +13,11 @@ from tests.clients.harness import Server, run_script, run_server
 
 # Fixture -> the venv it builds. pytest-timeout counts fixture setup against the test that happens to
 # build a venv; such tests get room for a cold install, the rest keep the project's per-test limit.
-VENV_FIXTURES = {"openreward_python": "openreward", "eval_protocol_python": "eval-protocol"}
+VENV_FIXTURES = {
+    "openreward_python": "openreward",
+    "eval_protocol_python": "eval-protocol",
+    "openenv_python": "openenv",
+}
 COLD_INSTALL_TIMEOUT = int(client_venvs.INSTALL_TIMEOUT) + 300
 
 
@@ -34,6 +38,12 @@ def openreward_python() -> Path:
 def eval_protocol_python() -> Path:
     """The python of a venv with `eval-protocol` 0.3.33 (and so `mcp` 1.x)."""
     return client_venvs.ensure_venv("eval-protocol")
+
+
+@pytest.fixture(scope="session")
+def openenv_python() -> Path:
+    """The python of a venv with `openenv` 0.10.0 (and so `mcp` 1.x and fastmcp 3.x)."""
+    return client_venvs.ensure_venv("openenv")
 
 
 @pytest.fixture(scope="module")

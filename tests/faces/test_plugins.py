@@ -10,8 +10,8 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
-from starlette.testclient import TestClient
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.testclient import TestClient, WebSocketDenialResponse
+from starlette.websockets import WebSocket
 
 from ors_server.app import FACES, create_app
 from ors_server.errors import OrsError
@@ -88,10 +88,12 @@ def test_a_face_serves_websocket_routes(client):
         assert ws.receive_json() == {"echo": {"a": 1}}
 
 
-def test_a_websocket_without_the_api_key_is_refused(client):
-    with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect("ws://localhost/toy/ws"):
+def test_a_websocket_without_the_api_key_is_refused_in_the_faces_shape(client):
+    with pytest.raises(WebSocketDenialResponse) as refused, client.websocket_connect("ws://localhost/toy/ws"):
         pass
-    assert refused.value.code == 1008
+    assert refused.value.status_code == 401
+    assert refused.value.json() == {"toy_error": "missing or wrong API key"}
+    assert refused.value.headers["www-authenticate"] == "Bearer"
 
 
 def test_a_face_renders_domain_errors_its_handlers_raise(client):
