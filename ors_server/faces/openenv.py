@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -69,6 +68,7 @@ from ors_server.faces import Core, Face
 from ors_server.faces.ors import BodyInvalid, read_body
 from ors_server.guards import deny_websocket
 from ors_server.registry import Registry
+from ors_server.scale import ids
 from ors_server.sessions import CallResult, Session, SessionStore, State, ToolCrashed, ToolRejected, run_user_code
 from ors_server.settings import Settings
 from ors_server.types import ImageBlock, TextBlock, ToolOutput
@@ -397,6 +397,10 @@ class OpenEnvFace:
             for socket in list(self._sockets.values()):
                 socket.session.touch()
 
+    def _new_id(self) -> str:
+        # Behind a front, the id names this worker, so the front routes `?session_id=` and ORS requests to it.
+        return ids.mint(self.settings.worker_tag)
+
     def env_of(self, env_name: str | None) -> type[Environment]:
         return self.registry.get(env_name)
 
@@ -405,7 +409,7 @@ class OpenEnvFace:
     async def open_socket(self, env_cls: type[Environment], requested: str | None, path_env: str | None) -> _Socket:
         """The session a new socket drives: a new one, or the live session `requested` (attached, not owned)."""
         if requested is None:
-            session, _ = await self.store.open(uuid.uuid4().hex, env_cls, config={}, created_by=CREATED_BY)
+            session, _ = await self.store.open(self._new_id(), env_cls, config={}, created_by=CREATED_BY)
             socket = _Socket(session, owned=True)
         else:
             try:
@@ -583,7 +587,7 @@ class OpenEnvFace:
         if method == "tools/call":
             return await self._rpc_call(params, env_cls, path_env, bound)
         if method == "openenv/session/create":
-            session, _ = await self.store.open(uuid.uuid4().hex, env_cls, config={}, created_by=CREATED_BY)
+            session, _ = await self.store.open(self._new_id(), env_cls, config={}, created_by=CREATED_BY)
             return {"session_id": session.id}
         if method == "openenv/session/close":
             session = self._named(params, path_env)
@@ -647,7 +651,7 @@ class OpenEnvFace:
     async def one_off(self, env_cls: type[Environment], use: Any, seed: int | None = None, config: Any = None) -> Any:
         """`await use(session)` in a new session of `env_cls` that ends right after (OpenEnv's stateless routes)."""
         session, _ = await self.store.open(
-            uuid.uuid4().hex, env_cls, seed=seed, config=config or {}, created_by=CREATED_BY
+            self._new_id(), env_cls, seed=seed, config=config or {}, created_by=CREATED_BY
         )
         try:
             return await use(await self.store.get_ready(session.id))

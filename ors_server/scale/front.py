@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection
 
 from ors_server.scale import metrics as merged
-from ors_server.scale.keys import header_key, is_create, is_mcp_post, read_initialize
+from ors_server.scale.keys import header_key, is_create, is_mcp_post, read_initialize, read_params_session
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
@@ -120,6 +120,8 @@ class Front:
         initialize = False
         if key is None and is_mcp_post(scope):
             initialize, key = read_initialize(body)
+            if not initialize:
+                key = read_params_session(body)
         creates = initialize or is_create(scope)
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):

@@ -2,7 +2,8 @@
 
 In order: `X-Session-ID`; else `mcp-session-id` (an MCP transport id on `/mcp`, the Eval Protocol id on
 `/control/*`); else a WebSocket's `?session_id=`. Only an MCP `initialize` that carries none of these is
-read for `clientInfo._extra.session_id`, the key Eval Protocol's client names its rollout with.
+read for `clientInfo._extra.session_id`, the key Eval Protocol's client names its rollout with, and any other
+JSON-RPC POST for `params.session_id`, where OpenEnv's `MCPToolClient` names its session.
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ def read_initialize(body: bytes) -> tuple[bool, str | None]:
         extra = extra.get(field) if isinstance(extra, dict) else None
     key = extra.get("session_id") if isinstance(extra, dict) else None
     return True, (str(key).strip() or None) if key is not None else None
+
+
+def read_params_session(body: bytes) -> str | None:
+    """The `params.session_id` a JSON-RPC request names (OpenEnv's `tools/call`, `openenv/session/close`, ...)."""
+    try:
+        message: Any = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    params = message.get("params") if isinstance(message, dict) else None
+    key = params.get("session_id") if isinstance(params, dict) else None
+    return (str(key).strip() or None) if key is not None else None
 
 
 def is_create(scope: Scope) -> bool:

@@ -6,8 +6,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
+from websockets.asyncio.client import connect as websockets_connect
 
 from tests.faces.mcp_helpers import call, mcp_client, raw_initialize, text
 from tests.reliability.reliability_envs import sse_events
@@ -162,3 +164,47 @@ def test_the_cli_refuses_zero_workers(tmp_path: Path):
         [sys.executable, "-m", "ors_server.cli", "serve", "--workers", "0"], capture_output=True, timeout=60
     )
     assert done.returncode != 0 and b"--workers must be at least 1" in done.stderr
+
+
+async def test_openenv_sockets_and_jsonrpc_sessions_live_on_both_workers_and_play_through_their_owner(front):
+    ws_url = front.url.replace("http://", "ws://") + "/openenv/counter/ws"
+
+    async def socket_session(seed: int) -> tuple[str, int]:
+        async with websockets_connect(ws_url, open_timeout=30) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {"seed": seed}}))
+            await ws.recv()
+            step = {"type": "call_tool", "tool_name": "increment", "arguments": {"by": 1}}
+            await ws.send(json.dumps({"type": "step", "data": step}))
+            count = json.loads(json.loads(await ws.recv())["data"]["observation"]["result"]["data"])["count"]
+            await ws.send(json.dumps({"type": "state"}))
+            sid = json.loads(await ws.recv())["data"]["episode_id"]
+        return sid, count
+
+    played = [await socket_session(seed) for seed in range(4)]
+    assert [count for _, count in played] == [seed * 10 + 1 for seed in range(4)]
+    assert {owner(sid) for sid, _ in played} == {0, 1}
+
+    async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
+
+        async def rpc(method: str, **params: object) -> dict:
+            body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            answer = await http.post("/openenv/counter/mcp", json=body)
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+
+        created = [(await rpc("openenv/session/create"))["result"]["session_id"] for _ in range(4)]
+        assert {owner(sid) for sid in created} == {0, 1}
+        for sid in created:
+            called = await rpc("tools/call", name="increment", arguments={"by": 3}, session_id=sid)
+            assert json.loads(called["result"]["data"]) == {"count": 3}
+            async with websockets_connect(f"{ws_url}?session_id={sid}", open_timeout=30) as ws:
+                await ws.send(json.dumps({"type": "state"}))
+                assert json.loads(await ws.recv())["data"] == {"episode_id": sid, "step_count": 1}
+            closed = (await rpc("openenv/session/close", session_id=sid))["result"]
+            # The worker may not have seen the socket go yet: then the session ends when it does.
+            assert closed["closed"] is True or closed["closing"] is True
+            with anyio.fail_after(10):
+                while True:  # until the worker has ended it (nothing outside the worker can signal that)
+                    if (await http.post("/ping", headers=key(sid))).status_code == 410:
+                        break
+                    await anyio.sleep(0.05)
