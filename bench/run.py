@@ -10,6 +10,7 @@ Workloads:
   c  Eval Protocol rollout steps on FrozenLake: tools/call + /control/reward + /control/status (ours, EP)
   d  memory: RSS of our server holding 10,000 idle math sessions
   e  control-plane latency at 256 concurrent rollouts (ours)
+  o  OpenEnv WebSocket steps on FrozenLake, 8 sockets (ours at /openenv/frozen_lake/ws, OpenEnv 0.10's own server)
   r  response classes on the bare route: plain Response, StreamingResponse, EventSourceResponse (for PROFILE.md)
   s  our call path with a sync tool (a worker-thread hop per call) vs an async one (for PROFILE.md)
 """
@@ -35,11 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import wsload  # noqa: E402
 from loadgen import Conn, Op, Result, Setup, run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / "bench" / ".venvs"
-REFERENCE_VENVS = {"openreward": ["openreward==0.1.167"], "eval-protocol": ["eval-protocol==0.3.33", "gymnasium"]}
+REFERENCE_VENVS = {
+    "openreward": ["openreward==0.1.167"],
+    "eval-protocol": ["eval-protocol==0.3.33", "gymnasium"],
+    "openenv": ["openenv==0.10.0", "gymnasium"],
+}
 HOST = "127.0.0.1"
 JSON = {"content-type": "application/json"}
 MATH_TASK = {"question": "What is 2+2?", "answer": "4"}
@@ -86,6 +92,9 @@ def server_command(contender: str, port: int, args: argparse.Namespace) -> list[
                 "--port",
                 str(port),
             ]
+        case "openenv":
+            # As OpenEnv's docs run an environment server: uvicorn on the module's `create_app` app.
+            return [venv_python("openenv"), "-m", "uvicorn", "bench.openenv_reference:app", "--port", str(port)]
         case _:  # the bare-Starlette ceiling, with our server's uvicorn loop and http settings
             return [sys.executable, "-m", "uvicorn", "bench.ceiling:app", "--port", str(port), "--log-level", "warning"]
 
@@ -241,6 +250,42 @@ async def create_idle(conn: Conn, count: list[int]) -> None:
     check(*(await conn.request("POST", "/create", body, headers))[::2])
 
 
+OPENENV_PATHS = {"ours": "/openenv/frozen_lake/ws", "openenv": "/ws"}
+
+
+@dataclass
+class Lake:
+    seed: int
+    rng: random.Random
+
+
+async def lake_setup(conn: wsload.WsConn, i: int) -> Lake:
+    lake = Lake(2000 + i, random.Random(i))
+    await lake_reset(conn, lake)
+    return lake
+
+
+async def lake_reset(conn: wsload.WsConn, lake: Lake) -> None:
+    reply = await conn.ask(json.dumps({"type": "reset", "data": {"seed": lake.seed}}))
+    if not reply.startswith(b'{"type":"observation"'):
+        raise ValueError(f"reset: {reply[:200]!r}")
+
+
+async def lake_step(conn: wsload.WsConn, lake: Lake) -> None:
+    """One OpenEnv step (RFC 003 `call_tool`); a new episode (same seed) when it ended."""
+    action = {"type": "call_tool", "tool_name": "lake_move", "arguments": {"action": lake.rng.choice(ACTIONS)}}
+    reply = await conn.ask(json.dumps({"type": "step", "data": action}))
+    if not reply.startswith(b'{"type":"observation"') or b'"error":null' not in reply:
+        raise ValueError(f"step: {reply[:200]!r}")
+    if b'"done":true' in reply:
+        await lake_reset(conn, lake)
+
+
+def ws_load(port: int, path: str, workers: int, duration: float) -> Result:
+    asyncio.run(wsload.run(HOST, port, path, workers, min(1.0, duration), lake_setup, lake_step))  # warm-up
+    return asyncio.run(wsload.run(HOST, port, path, workers, duration, lake_setup, lake_step))
+
+
 # Measuring.
 
 
@@ -289,6 +334,8 @@ def measure_once(workload: str, contender: str, args: argparse.Namespace) -> Sam
     with serve(server, args) as (port, pid), profiled(server, pid, workload, args):
         if workload == "d":
             return memory(port, pid, args)
+        if workload == "o":
+            return sample(ws_load(port, OPENENV_PATHS[contender], args.workers, args.duration))
         workers, setup, op = plan(workload, contender, args)
         result = load(port, workers, args.duration, setup, op)
     return control_sample(result) if workload == "e" else sample(result)
@@ -384,6 +431,7 @@ CONTENDERS = {
     "e": ["ours"],
     "r": ["plain", "streaming", "sse-starlette"],
     "s": ["ours", "ours-async"],
+    "o": ["ours", "openenv"],
 }
 TITLES = {
     "a": "ORS call path, 8 sessions (calls/s)",
@@ -393,11 +441,13 @@ TITLES = {
     "e": "control-plane latency, 256 rollouts (steps/s; latency of control requests)",
     "r": "response classes on the bare route (calls/s)",
     "s": "our call path, sync tool vs async tool (calls/s)",
+    "o": "OpenEnv WebSocket steps on FrozenLake, 8 sockets (steps/s)",
 }
 RATIOS = {"a": [("ours", "ceiling", 0.8), ("ours", "reference", None)], "b": [("ours", "reference", 2.0)]}
 RATIOS["c"] = [("ours", "eval-protocol", 3.0)]
 RATIOS["r"] = [("sse-starlette", "plain", None), ("streaming", "plain", None)]
 RATIOS["s"] = [("ours-async", "ours", None)]
+RATIOS["o"] = [("ours", "openenv", 3.0)]
 
 
 def spread(values: list[float], fmt: str = "{:.0f}") -> str:
