@@ -580,9 +580,11 @@ class SessionStore:
 
     # Resetting: a new episode swapped in (Eval Protocol's reset_session, MCP re-initialize).
 
-    async def reset(self, session: Session, seed: int | None) -> None:
+    async def reset(self, session: Session, seed: int | None, config: dict[str, Any] | None = None) -> None:
         """Start a new episode of the session (from `seed` if the session was seeded) and wait for its setup.
 
+        `config` gives the session a new task config first (the session is seeded from then on). A task that
+        `task_from_seed` cannot make raises InvalidTask and leaves the session as it was.
         The old episode ends at once: a call still running in it is not waited for (its result reaches its own
         caller only), and its environment is torn down when that call ends (or after `TEARDOWN_LOCK_WAIT`).
         A session deleted meanwhile stays deleted.
@@ -590,11 +592,12 @@ class SessionStore:
         async with session.resetting:
             if session.deleted:
                 return
-            if session.config is not None:
-                task_spec = await self._task_from_seed(session.env_cls, seed, session.config)
+            config = session.config if config is None else config
+            if config is not None:
+                task_spec = await self._task_from_seed(session.env_cls, seed, config)
                 if session.deleted:
                     return
-                session.seed, session.task_spec = seed, task_spec
+                session.seed, session.config, session.task_spec = seed, config, task_spec
             old, new = session.episode, Episode()
             session.episode = new
             session.episodes += 1

@@ -626,6 +626,22 @@ async def test_reset_tears_down_the_old_episode_and_starts_a_fresh_one() -> None
     assert count(tag, "teardown") == 2
 
 
+async def test_reset_with_a_config_takes_the_new_task_and_a_bad_one_keeps_the_episode() -> None:
+    tag = new_tag()
+    store = SessionStore(FAST)
+    async with store.run():
+        session = await ready(store, "s", task_spec=math_task(0, tag))
+        await store.reset(session, seed=None, config={"split": "test", "index": 0})
+        assert session.task_spec == MathLike.get_task("test", 0)
+        assert session.config == {"split": "test", "index": 0}
+        episode = session.episode
+        with pytest.raises(InvalidTask):
+            await store.reset(session, seed=None, config={"split": "nope"})
+        assert session.episode is episode and session.config == {"split": "test", "index": 0}
+        result = await store.call(session, "submit", {"answer": "5"})
+        assert isinstance(result, ToolOutput) and result.reward == 1.0
+
+
 # Get-or-create.
 
 

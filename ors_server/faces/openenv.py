@@ -69,7 +69,7 @@ from ors_server.faces.ors import BodyInvalid, read_body
 from ors_server.guards import deny_websocket
 from ors_server.registry import Registry
 from ors_server.scale import ids
-from ors_server.sessions import CallResult, Session, SessionStore, State, ToolCrashed, ToolRejected, run_user_code
+from ors_server.sessions import CallResult, Session, SessionStore, State, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
 from ors_server.types import ImageBlock, TextBlock, ToolOutput
 
@@ -517,25 +517,13 @@ class OpenEnvFace:
             raise _FrameError("EXECUTION_ERROR", exc.message) from None
 
     async def reset(self, session: Session, request: ResetRequest) -> None:
-        """A new episode in `session`, its task from the request's seed and task form (or the session's own).
-
-        A task the environment cannot make from them is refused before the current episode is touched.
-        """
-        config = request.config() or session.config
-        if config is None and request.seed is not None:
-            config = {}  # a session made from an explicit task spec: a seed now names a task of its own
-        if config is not None:
-            try:
-                await run_user_code(session.env_cls.task_from_seed, request.seed, config)
-            except Exception as exc:
-                raise InvalidTask(f"no task for seed {request.seed!r} and config {config!r}: {exc}") from None
-        # A reset racing the session's first setup would build two environments: let the setup end first.
-        with suppress(SetupFailed):
-            await self.store.get_ready(session.id)
-        session.config = config
-        await self.store.reset(session, request.seed)
+        """A new episode in `session`: its task from the request's seed and task form, else the session's own
+        (a seed alone reseeds a session made from an explicit task spec). A task the environment cannot make is
+        refused before the current episode is touched."""
+        config = request.config() or (None if request.seed is None or session.config is not None else {})
+        await self.store.reset(session, request.seed, config)
         if session.state is State.SETUP_FAILED:
-            raise SetupFailed(session.setup_error or "setup failed")
+            raise SetupFailed(session.episode.setup_error or "setup failed")
         if session.state is State.DELETED:
             raise SessionDeleted()
 
