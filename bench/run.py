@@ -456,7 +456,7 @@ def spread(values: list[float], fmt: str = "{:.0f}") -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default="abcde", help="letters of the workloads to run (default: abcde)")
+    parser.add_argument("--workloads", default="abcdeo", help="letters of the workloads to run (default: abcdeo)")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=8)
