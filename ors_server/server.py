@@ -47,6 +47,11 @@ class Server:
         _Uvicorn(config, self.app.state.store).run()
 
 
+WS_PING_INTERVAL = 20.0
+WS_PING_TIMEOUT = 20.0
+"""Seconds between pings of a quiet WebSocket, and how long its pong may take before the socket is dropped."""
+
+
 def uvicorn_config(app: Starlette, settings: Settings, **options: Any) -> uvicorn.Config:
     """How uvicorn serves `app` (at `host` and `port`, or `uds`, in `options`): our bounded HTTP protocol, our
     access log, our shutdown grace."""
@@ -56,6 +61,11 @@ def uvicorn_config(app: Starlette, settings: Settings, **options: Any) -> uvicor
         "timeout_keep_alive": 60,
         "access_log": False,  # ours (ors_server.access) carries the session, environment and tool
         "timeout_graceful_shutdown": int(settings.shutdown_grace) or None,
+        # WebSocket frames (the OpenEnv face) are bounded like request bodies; pings find peers that are gone
+        # without a close (a half-open socket would otherwise hold its session forever).
+        "ws_max_size": settings.max_body_bytes,
+        "ws_ping_interval": WS_PING_INTERVAL,
+        "ws_ping_timeout": WS_PING_TIMEOUT,
     }
     return uvicorn.Config(app, **{**config, **options})
 

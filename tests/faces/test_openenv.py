@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from websockets.exceptions import ConnectionClosedOK, InvalidStatus
+from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from environments.frozen_lake import FrozenLake
@@ -468,6 +468,16 @@ def test_a_full_server_sends_capacity_reached_then_closes():
         wait_until(lambda: len(live.store) == 0, what="the slot to free")
         with frames(live) as third:
             assert third.state()["step_count"] == 0
+
+
+def test_a_frame_larger_than_the_body_limit_closes_the_socket_and_ends_its_session():
+    with openenv_server(max_body_bytes=1024) as live, frames(live) as ws:
+        sid = ws.state()["episode_id"]
+        ws.send({"type": "step", "data": {"action": "x" * 2048}})
+        with pytest.raises(ConnectionClosedError) as closed:
+            ws.ws.recv(timeout=REPLY_TIMEOUT)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009  # message too big
+        wait_until(lambda: sid not in live.store, what="the session to end")
 
 
 def test_a_connected_socket_keeps_its_session_while_unattached_ones_are_reaped():
