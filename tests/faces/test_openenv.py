@@ -643,3 +643,10 @@ def test_the_api_key_guards_the_socket_and_the_http_routes():
         unauthorized = live.client.post("/openenv/frozen_lake/mcp", json={})
         assert unauthorized.status_code == 401
         assert unauthorized.json() == {"detail": "missing or wrong API key"}
+
+
+def test_a_socket_from_a_strangers_browser_origin_is_refused(live):
+    url = live.url.replace("http://", "ws://") + "/openenv/frozen_lake/ws"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, open_timeout=REPLY_TIMEOUT, origin="http://evil.example")
+    assert refused.value.response.status_code == 403
