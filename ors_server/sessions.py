@@ -176,7 +176,9 @@ class Session:
     """Serialises resets of this session (calls are serialised by the episode's own lock)."""
     last_active: float = field(default_factory=time.monotonic)
     running_calls: int = 0
-    """Calls running in any of its episodes: the reaper spares a session while there are any."""
+    """Calls running in any of its episodes: the reaper spares a session while there are any but overdue ones."""
+    overdue_calls: int = 0
+    """Of those, calls answered `timeout` whose threads still run: they do not keep the session alive."""
     episodes: int = 1
     """Episodes not yet torn down; once deleted, the session has ended when this reaches 0."""
     ended: anyio.Event = field(default_factory=anyio.Event)
@@ -571,7 +573,11 @@ class SessionStore:
     async def reap(self) -> int:
         """Discard every session idle longer than the timeout (a running call counts as activity)."""
         deadline = time.monotonic() - self.settings.session_timeout
-        idle = [s.id for s in self._sessions.values() if s.last_active < deadline and not s.running_calls]
+        idle = [
+            s.id
+            for s in self._sessions.values()
+            if s.last_active < deadline and s.running_calls == s.overdue_calls  # a hung thread is not activity
+        ]
         for session in self._sessions.values():
             self._prune_calls(session.episode)
         for session_id in idle:
@@ -827,6 +833,7 @@ class SessionStore:
         # The slot is taken here and given back only when the thread has returned, even past the timeout, so
         # hung tools can hold at most `tool_threads` threads.
         slot, limiter, acquired = object(), self.limiters["tools"], False
+        deadline = anyio.current_time() + (timeout or 0.0)  # the timeout counts the wait for a thread too
         with anyio.move_on_after(timeout):
             await limiter.acquire_on_behalf_of(slot)
             acquired = True
@@ -837,7 +844,7 @@ class SessionStore:
                 output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
             else:
                 async with anyio.create_task_group() as watch:
-                    watch.start_soon(self._watch, session, episode, call, started)
+                    watch.start_soon(self._watch, session, episode, call, started, deadline)
                     try:
                         output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
                     finally:
@@ -846,6 +853,7 @@ class SessionStore:
             limiter.release_on_behalf_of(slot)
         if call is not None and call.done.is_set():  # answered `timeout` already: the overdue thread ending
             episode.overdue -= 1
+            session.overdue_calls -= 1
             self.overdue_calls -= 1
             logger.warning(
                 "overdue call of '%s' ended after %.1f s",
@@ -859,11 +867,11 @@ class SessionStore:
             raise _Overtime()
         return output
 
-    async def _watch(self, session: Session, episode: Episode, call: ToolCall, started: float) -> None:
+    async def _watch(self, session: Session, episode: Episode, call: ToolCall, started: float, deadline: float) -> None:
         timeout = self.settings.tool_timeout
-        assert timeout is not None
-        await anyio.sleep(timeout)
+        await anyio.sleep_until(deadline)
         episode.overdue += 1
+        session.overdue_calls += 1
         self.overdue_calls += 1
         self.counts["overdue"] += 1
         logger.warning(

@@ -14,6 +14,7 @@ from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
     InvalidTask,
+    SessionBusy,
     SessionDeleted,
     SessionExists,
     SessionNotFound,
@@ -545,6 +546,52 @@ async def test_reap_spares_a_session_whose_call_is_still_running() -> None:
             gate(tag).set()
             with anyio.fail_after(5):
                 await running.wait()
+    finally:
+        gate(tag).set()
+
+
+async def test_reap_ends_an_idle_session_whose_only_running_call_timed_out() -> None:
+    tag = new_tag()
+    store = SessionStore(settings(session_timeout=60, tool_timeout=0.2))
+    try:
+        async with store.run():
+            session = await ready(store, "s", task_spec=math_task(0, tag))
+            with anyio.fail_after(5):
+                result = await store.call(session, "wait", {})
+            assert isinstance(result, ToolRejected) and result.reason == "timeout"
+            assert session.running_calls == 1  # its thread still runs
+            session.last_active = time.monotonic() - 61
+            assert await store.reap() == 1
+            assert "s" not in store
+    finally:
+        gate(tag).set()
+
+
+async def test_a_sync_tool_past_tool_timeout_keeps_the_episode_busy_until_its_thread_returns() -> None:
+    tag = new_tag()
+    store = SessionStore(settings(tool_timeout=0.5))
+    try:
+        async with store.run():
+            session = await ready(store, "s", task_spec=math_task(0, tag))
+            hung = store.start_call(session, "wait", {})
+            await eventually(lambda: count(tag, "wait-start") == 1)
+            queued = store.start_call(session, "echo", {"text": "queued behind it"})
+            with anyio.fail_after(5):
+                timed_out = await hung.wait()
+                refused_queued = await queued.wait()
+                refused = await store.call(session, "echo", {"text": "too soon"})
+            assert isinstance(timed_out, ToolRejected) and timed_out.reason == "timeout"
+            assert isinstance(refused_queued, ToolRejected) and refused_queued.reason == "session_busy"
+            assert isinstance(refused, ToolRejected) and refused.reason == "session_busy"
+            assert count(tag, "echo") == 0 and count(tag, "wait-end") == 0
+            with pytest.raises(SessionBusy):
+                await store.read_prompt(session)
+            gate(tag).set()
+            await eventually(lambda: count(tag, "wait-end") == 1 and not session.episode.overdue)
+            with anyio.fail_after(5):
+                after = await store.call(session, "echo", {"text": "now"})
+            # What the overdue call returned in the end is dropped: only the echo counts as a step.
+            assert isinstance(after, ToolOutput) and session.step_count == 1
     finally:
         gate(tag).set()
 
