@@ -36,6 +36,9 @@ def test_environments_resolve_by_name_case_insensitively_and_by_import_path() ->
         (["serve", "--max-header-bytes", "0"], "max_header_bytes must be at least 1"),
         (["serve", "--header-timeout", "0"], "header_timeout must be positive"),
         (["serve", "--body-timeout", "-1"], "body_timeout must be positive"),
+        (["serve", "--tool-threads", "0"], "tool_threads must be at least 1"),
+        (["serve", "--discovery-threads", "0"], "discovery_threads must be at least 1"),
+        (["serve", "--lifecycle-threads", "0"], "lifecycle_threads must be at least 1"),
     ],
 )
 def test_bad_arguments_exit_with_a_message_naming_the_problem(args: list[str], message: str) -> None:
