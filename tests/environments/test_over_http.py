@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
 from environments.blackjack import Blackjack
 from environments.cliff_walking import CliffWalking
@@ -21,8 +21,12 @@ from tests.serving import serve
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[httpx.Client]:
-    app = create_app([FrozenLake, CliffWalking, Blackjack, Shell], Settings())
+def app() -> Starlette:
+    return create_app([FrozenLake, CliffWalking, Blackjack, Shell], Settings())
+
+
+@pytest.fixture(scope="module")
+def client(app: Starlette) -> Iterator[httpx.Client]:
     with serve(app) as url, httpx.Client(base_url=url, timeout=30) as http:
         yield http
 
@@ -117,14 +121,14 @@ def test_game_splits_over_http(client: httpx.Client) -> None:
     assert [task["seed"] for task in response.json()["tasks"]] == [42, 123, 456]
 
 
-def test_shell_episode_over_http(client: httpx.Client) -> None:
+def test_shell_episode_over_http(client: httpx.Client, app: Starlette) -> None:
     episode = Episode(client, "shell", {"id": "hello_file"})
     assert episode.prompt().startswith("Create a file named hello.txt")
     output = episode.output("bash", {"command": "export GREETING=hi; echo $GREETING > hello.txt; cat hello.txt"})
     assert output["blocks"][0]["text"] == "exit code: 0\nstdout:\nhi\n"
-    workdir = episode.output("bash", {"command": "pwd"})["blocks"][0]["text"].split("stdout:\n")[1].strip()
+    root = app.state.store.get(episode.headers["X-Session-ID"]).env.root  # where the server keeps its directory
+    assert (root / "work" / "hello.txt").read_text() == "hi\n"
     output = episode.output("submit", {})
     assert (output["reward"], output["finished"]) == (1.0, True)
-    assert os.path.isdir(workdir)
     episode.delete()
-    assert not os.path.exists(workdir)
+    assert not root.exists()

@@ -1,0 +1,291 @@
+"""Where a session's bash runs: inside bubblewrap (the default), or unconfined when the operator says so.
+
+Choosing. `ORS_SHELL_SANDBOX` in the server's environment is the operator's choice: unset or `bwrap` means
+every shell runs in bubblewrap, and shell sessions fail to start where it cannot run; `none` runs shells
+unconfined (no isolation), with a warning logged for every such session. A task spec's `"sandbox"` can only
+add confinement (`"bwrap"` under an operator's `none`), never remove it. Whether bubblewrap can run is found
+out by running it once, with the flags sessions use (`bwrap_problem()`): it may be installed yet refused by the
+kernel.
+
+The sandbox. bash runs in new user, pid, network, IPC, UTS and cgroup namespaces, as uid and gid 65534, with
+`/usr` and `/etc` (and the `/bin`, `/lib`... links to them) read-only, a fresh `/proc` and `/dev`, a private
+`/tmp`, and the session's working directory, writable, at `/work`. Nothing else of the host is there: not the
+server's processes, not other sessions' directories, not the network. When the server runs as root, bubblewrap
+itself is started as uid 65534, so the agent is not root outside the namespace either. Killing the namespace's
+first process (bubblewrap's init, which dies with its parent) takes every process of the sandbox with it,
+`setsid` or not.
+
+Unconfined. bash runs in its own process session, as the server's user (uid 65534 when the server is root),
+with an environment of its own; teardown kills its session's processes. Processes that leave that session
+survive, and commands can read the server's command line and other sessions' files.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+logger = logging.getLogger("ors_server.environments.shell")
+
+SANDBOX_VARIABLE = "ORS_SHELL_SANDBOX"
+Sandbox = Literal["bwrap", "none"]
+WORKDIR_INSIDE = "/work"
+"""Where the working directory appears inside the sandbox."""
+AGENT_ID = 65534
+"""The uid and gid commands run as (nobody / nogroup)."""
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""What the sandbox shows of the host, read-only: enough to run the usual command-line tools."""
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+KILL_ROUNDS = 50
+"""How many times a kill sweep looks again for processes (a fork bomb keeps adding some for a while)."""
+
+
+# Choosing.
+
+
+def choose_sandbox(asked: object) -> Sandbox:
+    """The sandbox a session gets: the operator's `ORS_SHELL_SANDBOX` (default bwrap), raised by the task spec's
+    `asked` ("bwrap" or "none"), never lowered."""
+    operator = os.environ.get(SANDBOX_VARIABLE) or "bwrap"
+    if operator not in ("bwrap", "none"):
+        raise ValueError(f"{SANDBOX_VARIABLE} must be 'bwrap' or 'none', got {operator!r}")
+    if asked not in (None, "", "none", "bwrap"):
+        raise ValueError(f"task_spec 'sandbox' must be 'bwrap' or 'none', got {asked!r}")
+    return "bwrap" if "bwrap" in (operator, asked) else "none"
+
+
+def warn_unconfined() -> None:
+    logger.warning(
+        "shell session WITHOUT a sandbox (%s=none): its commands can read and change other sessions' files, "
+        "see the server's processes and command line, and leave processes behind",
+        SANDBOX_VARIABLE,
+    )
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot run here with the flags sessions use, or None when it can. Runs it once."""
+    found = _working_bwrap_flags()
+    if isinstance(found, str):
+        logger.error(
+            "shell sandbox: %s; shell sessions will not start (%s=none runs them unsandboxed)", found, SANDBOX_VARIABLE
+        )
+        return found
+    logger.info("shell sandbox: bubblewrap works (%s)", " ".join(found) or "no optional flags")
+    return None
+
+
+@functools.cache
+def _working_bwrap_flags() -> tuple[str, ...] | str:
+    """The optional hardening flags this bubblewrap accepts, after running it; or why it cannot run."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bwrap is not installed"
+    problem = "bwrap did not run"
+    with tempfile.TemporaryDirectory(prefix="ors-shell-probe-") as root:
+        workdir = Path(root) / "work"
+        workdir.mkdir()
+        prepare_workdir(Path(root), workdir)
+        # --disable-userns (bubblewrap 0.8) keeps the agent from making further user namespaces, where the kernel
+        # offers it; without it the sandbox is still whole.
+        for optional in (("--disable-userns",), ()):
+            sandbox = Bubblewrap(workdir, bwrap=bwrap, optional=optional)
+            argv = sandbox.argv()[:-2] + ["-c", "echo ok"]
+            options = {k: v for k, v in sandbox.spawn_options().items() if k != "start_new_session"}
+            try:
+                result = subprocess.run(argv, capture_output=True, timeout=30, check=False, **options)
+            except (OSError, subprocess.SubprocessError) as exc:
+                return f"bwrap could not be run ({type(exc).__name__}: {exc})"
+            if result.returncode == 0 and result.stdout == b"ok\n":
+                return optional
+            problem = f"bwrap failed: {result.stderr.decode(errors='replace').strip() or result.returncode}"
+    return problem
+
+
+# The working directory.
+
+
+def agent_ids() -> tuple[int, int] | None:
+    """The uid and gid to run commands as, when the server's own would be root; else None (run as ourselves)."""
+    return (AGENT_ID, AGENT_ID) if os.geteuid() == 0 else None
+
+
+def prepare_workdir(root: Path, workdir: Path) -> None:
+    """Give the working directory to the user commands run as (when that is not the server's user)."""
+    ids = agent_ids()
+    if ids is None:
+        return
+    root.chmod(0o711)  # that user must pass through the session's private directory, not list it
+    for path in [workdir, *workdir.rglob("*")]:
+        os.chown(path, *ids, follow_symlinks=False)
+
+
+# The two confinements (see `driver.Confinement`).
+
+
+class Bubblewrap:
+    """bash inside bubblewrap: the working directory at /work, nothing else of the host writable or visible."""
+
+    def __init__(self, host_workdir: Path, *, bwrap: str | None = None, optional: tuple[str, ...] | None = None):
+        self.host_workdir = host_workdir
+        self.workdir = WORKDIR_INSIDE
+        self._bwrap = bwrap or shutil.which("bwrap") or "bwrap"
+        if optional is None:
+            found = _working_bwrap_flags()
+            optional = found if isinstance(found, tuple) else ()
+        self._optional = optional
+
+    def argv(self) -> list[str]:
+        system = []
+        for path in SYSTEM_DIRS:
+            if os.path.islink(path):
+                system += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                system += ["--ro-bind", path, path]
+        return [
+            self._bwrap,
+            *("--unshare-all", "--unshare-user", "--uid", str(AGENT_ID), "--gid", str(AGENT_ID)),
+            *("--die-with-parent", "--new-session", *self._optional),
+            *system,
+            *("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"),
+            *("--bind", str(self.host_workdir), WORKDIR_INSIDE, "--chdir", WORKDIR_INSIDE),
+            *("bash", "--noprofile", "--norc"),
+        ]
+
+    def spawn_options(self) -> dict[str, Any]:
+        return _spawn_options(home=WORKDIR_INSIDE, path=SANDBOX_PATH, cwd="/")
+
+    def find_processes(self, launcher: int, shell: int) -> tuple[int | None, list[int]]:
+        # The processes of the sandbox's pid namespace: bubblewrap's init is pid 1 there, the shell `shell`.
+        namespace = next((ns for pid in _children(launcher) if (ns := _pid_namespace(pid))), None)
+        found: tuple[int | None, list[int]] = (None, [])
+        if namespace is None:
+            return found
+        for pid in _live_pids():
+            if _pid_namespace(pid) == namespace:
+                inner = _inner_pid(pid)
+                if inner == shell:
+                    found = (pid, found[1])
+                elif inner != 1:
+                    found[1].append(pid)
+        return found
+
+    def kill_all(self, launcher: int) -> None:
+        # When a pid namespace's init dies, the kernel kills every process in it, and the init's exit completes
+        # only once they are gone; then the launcher exits. So once the launcher has exited, nothing of the
+        # sandbox is left. Without an init yet, the launcher: the init dies with it (--die-with-parent).
+        _kill(_children(launcher) or [launcher])
+
+
+class Unconfined:
+    """bash as a plain child process in its own session: no isolation (ORS_SHELL_SANDBOX=none)."""
+
+    def __init__(self, host_workdir: Path) -> None:
+        self.workdir = str(host_workdir)
+
+    def argv(self) -> list[str]:
+        return ["bash", "--noprofile", "--norc"]
+
+    def spawn_options(self) -> dict[str, Any]:
+        path = os.environ.get("PATH", SANDBOX_PATH)
+        return _spawn_options(home=self.workdir, path=path, cwd=self.workdir)
+
+    def find_processes(self, launcher: int, shell: int) -> tuple[int | None, list[int]]:
+        # bash is the launcher, and its pid is the id of the process session every process it starts is in
+        # (unless it leaves it: see the module's docstring).
+        return launcher, [pid for pid in _live_pids() if pid != launcher and _stat(pid, 3) == launcher]
+
+    def kill_all(self, launcher: int) -> None:
+        try:
+            os.killpg(launcher, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for _ in range(KILL_ROUNDS):
+            targets = [pid for pid in _live_pids() if _stat(pid, 3) == launcher]
+            if not targets:
+                return
+            _kill(targets)
+
+
+def _spawn_options(*, home: str, path: str, cwd: str) -> dict[str, Any]:
+    # An environment of its own: nothing of the server's (API keys, secrets) reaches the shell.
+    options: dict[str, Any] = {
+        "env": {"PATH": path, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb"},
+        "cwd": cwd,
+        "start_new_session": True,
+    }
+    ids = agent_ids()
+    if ids is not None:
+        options.update(user=ids[0], group=ids[1], extra_groups=[])
+    return options
+
+
+# Processes, from /proc.
+
+
+def _live_pids() -> Iterator[int]:
+    """Every process that has not exited (zombies excluded)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if entry.isdigit() and _stat(int(entry), 0) not in (None, "Z"):
+            yield int(entry)
+
+
+def _stat(pid: int, index: int) -> Any:
+    """Field `index` of /proc/PID/stat after "pid (comm)": 0 state, 1 ppid, 2 pgrp, 3 session."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode() if index == 0 else int(fields[index])
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as file:  # bubblewrap is single-threaded
+            return [int(child) for child in file.read().split()]
+    except FileNotFoundError:
+        if not os.path.exists(f"/proc/{pid}"):
+            return []
+    except OSError:
+        pass
+    return [child for child in _live_pids() if _stat(child, 1) == pid]  # a kernel without that file
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _inner_pid(pid: int) -> int | None:
+    """The process's pid in its own (innermost) pid namespace."""
+    try:
+        with open(f"/proc/{pid}/status") as file:
+            for line in file:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
