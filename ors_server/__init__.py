@@ -3,6 +3,7 @@
 What an environment author imports lives here; everything else in the package is internal.
 """
 
+from ors_server.compose import HttpServer, StdioServer
 from ors_server.environment import Environment, tool
 from ors_server.gym import GymEnvironment
 from ors_server.server import Server
@@ -12,9 +13,11 @@ __all__ = [
     "Blocks",
     "Environment",
     "GymEnvironment",
+    "HttpServer",
     "ImageBlock",
     "Server",
     "Split",
+    "StdioServer",
     "TextBlock",
     "ToolOutput",
     "tool",

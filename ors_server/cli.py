@@ -64,6 +64,20 @@ def _parser() -> argparse.ArgumentParser:
         "--tool-timeout", type=float, default=Settings.tool_timeout, metavar="S", help="seconds a tool call may run"
     )
     serve.add_argument(
+        "--tool-server-timeout",
+        type=float,
+        default=Settings.tool_server_timeout,
+        metavar="S",
+        help="seconds a call to a composed MCP tool server may take",
+    )
+    serve.add_argument(
+        "--tool-server-start-timeout",
+        type=float,
+        default=Settings.tool_server_start_timeout,
+        metavar="S",
+        help="seconds a composed MCP tool server may take to start and list its tools",
+    )
+    serve.add_argument(
         "--tool-threads", type=int, default=Settings.tool_threads, metavar="N", help="worker threads for sync tools"
     )
     serve.add_argument(
@@ -170,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             session_timeout=args.session_timeout,
             max_sessions=args.max_sessions,
             tool_timeout=args.tool_timeout,
+            tool_server_timeout=args.tool_server_timeout,
+            tool_server_start_timeout=args.tool_server_start_timeout,
             tool_threads=args.tool_threads,
             discovery_threads=args.discovery_threads,
             lifecycle_threads=args.lifecycle_threads,

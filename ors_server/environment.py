@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from ors_server.compose.servers import HttpServer, StdioServer, ToolServer
 from ors_server.types import ImageBlock, Split, TextBlock, ToolOutput
 
 
@@ -41,11 +42,13 @@ class ToolDef:
     description: str
     input_model: type[BaseModel] | None
     function: Callable[..., Any]
+    input_schema: dict[str, Any] | None = None
+    """The input schema as given, for a tool without an input model (a composed MCP server's tool)."""
 
     @cached_property
     def schema(self) -> dict[str, Any] | None:
-        """The JSON Schema of the input model, or None for a tool without arguments."""
-        return self.input_model.model_json_schema() if self.input_model else None
+        """The JSON Schema of the input, or None for a tool without arguments."""
+        return self.input_model.model_json_schema() if self.input_model else self.input_schema
 
 
 class _ToolMethod:
@@ -104,6 +107,12 @@ class Environment:
     tools: ClassVar[dict[str, ToolDef]]
     """The class's tools by name, collected from its `@tool` methods (read-only)."""
 
+    mcp_servers: ClassVar[Sequence[ToolServer]] = ()
+    """MCP servers whose tools join the environment's own: `StdioServer(name, command)` (a process per episode)
+    or `HttpServer(name, url)` (an MCP session per episode). Their tools are named `<server>__<tool>`, listed
+    with the environment's own on every face, and called through the same pipeline; they earn no reward and
+    never end the episode. The connections open before `setup()` and close after `teardown()`."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
@@ -119,6 +128,12 @@ class Environment:
                 elif attr in tools:
                     del tools[attr]  # a subclass replaced the tool with a plain attribute
         cls.tools = tools
+        names = [server.name for server in cls.mcp_servers]
+        if len(set(names)) != len(names):
+            raise TypeError(f"{cls.__name__}.mcp_servers has two servers of the same name: {names}")
+        for server in cls.mcp_servers:
+            if not isinstance(server, StdioServer | HttpServer):
+                raise TypeError(f"{cls.__name__}.mcp_servers holds {server!r}, not a StdioServer or HttpServer")
 
     def __init__(self, task_spec: dict[str, Any] | None = None, secrets: dict[str, str] | None = None) -> None:
         self.task_spec: dict[str, Any] = dict(task_spec or {})

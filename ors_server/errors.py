@@ -17,6 +17,7 @@
     │   ├── SessionStarting      setup() still running after the wait bound
     │   ├── CapacityReached      --max-sessions live sessions already
     │   ├── SessionBusy          a timed-out tool call still runs in the session
+    │   ├── ToolServerUnavailable  a composed MCP tool server did not start or list its tools in time
     │   └── ShuttingDown
     ├── SetupFailed              setup() raised; the session stays until deleted (500)
     └── ReadFailed               the environment raised while the store read its prompt or first observation (500)
@@ -135,6 +136,10 @@ class CapacityReached(Unavailable):
 class SessionBusy(Unavailable):
     def __init__(self) -> None:
         super().__init__("an earlier call in this session timed out and is still running")
+
+
+class ToolServerUnavailable(Unavailable):
+    pass
 
 
 class ShuttingDown(Unavailable):

@@ -15,8 +15,8 @@ class Registry:
             key = env_cls.name.lower()
             if key in self._by_name:
                 raise ValueError(f"two environments are named '{env_cls.name}'")
-            if not env_cls.tools:
-                raise ValueError(f"environment '{env_cls.name}' has no @tool methods")
+            if not env_cls.tools and not env_cls.mcp_servers:
+                raise ValueError(f"environment '{env_cls.name}' has no @tool methods and no MCP tool servers")
             if env_cls.get_prompt is Environment.get_prompt:
                 raise ValueError(f"environment '{env_cls.name}' has no get_prompt(): every episode needs a prompt")
             self._by_name[key] = env_cls

@@ -47,6 +47,9 @@ from ors_server.codeact.tool import (
     tool_value,
     with_execute_code,
 )
+from ors_server.compose.catalogue import Catalogue, ServerTool
+from ors_server.compose.results import error_text, to_output
+from ors_server.compose.toolbox import Toolbox, ToolServerFailed
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     CapacityReached,
@@ -60,6 +63,7 @@ from ors_server.errors import (
     SessionStarting,
     SetupFailed,
     ShuttingDown,
+    ToolServerUnavailable,
     WrongEnvironment,
 )
 from ors_server.settings import Settings
@@ -128,6 +132,8 @@ class Episode:
     """One run of a session's environment, from construction and setup to teardown."""
 
     env: Environment | None = None
+    toolbox: Toolbox | None = None
+    """The connections to the environment's MCP tool servers, open from before setup to after teardown."""
     state: State = State.SETTING_UP
     setup_error: str | None = None
     ready: anyio.Event = field(default_factory=anyio.Event)
@@ -283,6 +289,8 @@ class SessionStore:
         self._unbounded = anyio.CapacityLimiter(math.inf)
         """For tool threads, whose slot in `limiters["tools"]` is held by the call itself."""
         self._closing_since: float | None = None
+        self.catalogue = Catalogue()
+        """The tools environment classes gain from their MCP tool servers."""
         self.counts: Counter[str] = Counter()
         """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
         self.overdue_calls = 0
@@ -483,6 +491,8 @@ class SessionStore:
         queues behind tool calls.
         """
         try:
+            if not episode.ended and session.env_cls.mcp_servers:
+                await self._open_toolbox(session, episode)
             if not episode.ended:
                 await anyio.to_thread.run_sync(
                     _construct, session, episode, abandon_on_cancel=True, limiter=self.limiters["lifecycle"]
@@ -495,6 +505,8 @@ class SessionStore:
             episode.setup_error = session.redact(_describe(exc))
             self.counts["setup_failed"] += 1
             logger.warning("setup failed", extra={"session_id": session.id, "env": session.env_name})
+            if episode.toolbox is not None:  # the episode cannot run: its tool servers are not kept waiting
+                await episode.toolbox.close(self.settings.teardown_timeout)
         else:
             if episode.state is State.SETTING_UP:
                 episode.state = State.READY
@@ -503,6 +515,14 @@ class SessionStore:
             episode.ready.set()
             if episode.ended:
                 await self._finish(session, episode)
+
+    async def _open_toolbox(self, session: Session, episode: Episode) -> None:
+        """Connect the episode to its environment's tool servers (and list their tools, the first time)."""
+        assert self._task_group is not None
+        timeout = self.settings.tool_server_start_timeout
+        episode.toolbox = Toolbox(session.env_cls.mcp_servers)
+        await episode.toolbox.open(self._task_group, timeout)
+        await self.catalogue.load(session.env_cls, self._task_group, timeout, episode.toolbox)
 
     def _end_episode(self, session: Session, episode: Episode) -> bool:
         """Mark an episode ended; returns whether it is ours to tear down now (else `_start` will)."""
@@ -532,6 +552,8 @@ class SessionStore:
                     logger.error(
                         "teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id}
                     )
+            if episode.toolbox is not None:
+                await episode.toolbox.close(self.settings.teardown_timeout)
         session.episodes -= 1
         if session.deleted and session.episodes == 0:
             session.ended.set()
@@ -670,17 +692,28 @@ class SessionStore:
         the server's `--codeact`."""
         return codeact_wanted(self.settings.codeact, session.task_spec, session.config)
 
-    def tools(self, env_cls: type[Environment], session: Session | None = None) -> list[ToolDef]:
+    async def tools(self, env_cls: type[Environment], session: Session | None = None) -> list[ToolDef]:
         """The tools of `session` (or, without one, of a new session of `env_cls`), as every face lists them:
-        the environment's own, plus `execute_code` when CodeAct is on."""
-        tools = list(env_cls.tools.values())
+        the environment's own, those of its MCP tool servers, and `execute_code` when CodeAct is on.
+
+        Listing a composed environment's tools for the first time starts its servers to ask them (boundedly);
+        raises ToolServerUnavailable if they do not answer."""
+        if env_cls.mcp_servers:
+            assert self._task_group is not None
+            try:
+                await self.catalogue.load(env_cls, self._task_group, self.settings.tool_server_start_timeout)
+            except ToolServerFailed as exc:
+                raise ToolServerUnavailable(str(exc)) from None
+        return self._tools(env_cls, session)
+
+    def _tools(self, env_cls: type[Environment], session: Session | None) -> list[ToolDef]:
+        tools = [*env_cls.tools.values(), *self.catalogue.cached(env_cls)]
         on = self.codeact(session) if session is not None else self.settings.codeact
         return with_execute_code(tools) if on else tools
 
     def _tool(self, session: Session, name: str) -> ToolDef | None:
-        if self.codeact(session):
-            return next((t for t in self.tools(session.env_cls, session) if t.name == name), None)
-        return session.env_cls.tools.get(name)
+        """The tool `name` of a session (whose composed tools were listed when its episode was set up)."""
+        return next((t for t in self._tools(session.env_cls, session) if t.name == name), None)
 
     def start_call(self, session: Session, name: str, arguments: Any) -> ToolCall:
         """Start a tool call in the background and return its handle (the call survives client disconnects)."""
@@ -776,6 +809,8 @@ class SessionStore:
         tool = self._tool(session, name)
         if tool is None:
             return ToolRejected("not_found", f"'{name}' is not a valid tool")
+        if isinstance(tool, ServerTool):
+            return await self._call_server(session, episode, tool, arguments, call)
         args: tuple[Any, ...] = ()
         if tool.input_model is not None:
             try:
@@ -798,6 +833,10 @@ class SessionStore:
             return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
         if not isinstance(output, ToolOutput):
             return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
+        return self._bounded(name, output)
+
+    def _bounded(self, name: str, output: ToolOutput) -> CallResult:
+        """`output`, or `output_too_large` past `max_output_chars`."""
         # The limit counts characters of the blocks' content (text, and base64 image data), not of the JSON.
         size = sum(len(block.text if block.type == "text" else block.data) for block in output.blocks)
         if size > self.settings.max_output_chars:
@@ -806,6 +845,32 @@ class SessionStore:
                 f"'{name}' returned {size} characters, more than the limit of {self.settings.max_output_chars}",
             )
         return output
+
+    async def _call_server(
+        self, session: Session, episode: Episode, tool: ServerTool, arguments: Any, call: ToolCall | None
+    ) -> CallResult:
+        """Call a composed tool through the episode's connection to its server. Its input is checked against the
+        server's schema first; a server that fails or hangs fails this call only (`tool_server_timeout`)."""
+        arguments = {} if arguments is None else arguments
+        if not isinstance(arguments, dict):
+            return ToolRejected("input_validation", f"Tool input validation error: '{tool.name}' takes an object")
+        problem = tool.input_error(arguments)
+        if problem is not None:
+            return ToolRejected("input_validation", session.redact(f"Tool input validation error: {problem}"))
+        if episode.env is None or episode.toolbox is None:
+            return ToolRejected("session_ended", f"'{tool.name}' was not run: the session has no live environment.")
+        timeout = self.settings.tool_server_timeout
+        if call is not None and self.settings.tool_timeout is not None:
+            timeout = min(timeout, self.settings.tool_timeout)
+        try:
+            result = await episode.toolbox.call(tool.server, tool.remote, arguments, timeout)
+        except TimeoutError:
+            return ToolRejected("timeout", f"'{tool.name}' did not finish within {timeout:g} s and was abandoned")
+        except ToolServerFailed as exc:
+            return ToolCrashed(session.redact(str(exc)))
+        if result.is_error:
+            return ToolCrashed(session.redact(error_text(result)))
+        return self._bounded(tool.name, to_output(result))
 
     def _timed_out(self, name: str) -> ToolRejected:
         timeout = self.settings.tool_timeout
@@ -917,7 +982,7 @@ class SessionStore:
             memory_bytes=settings.codeact_memory_bytes,
             output_chars=min(settings.codeact_output_chars, settings.max_output_chars),
         )
-        tools = tool_specs(self.tools(session.env_cls, session))
+        tools = tool_specs(self._tools(session.env_cls, session))
         try:
             sandbox = sandbox_mode(settings.codeact_sandbox)
             step = await run_step(code, tools, call_tool, limits=limits, sandbox=sandbox)

@@ -23,6 +23,11 @@ class Settings:
     tool_timeout: float | None = None
     """Seconds a tool call may run before its caller gets `timeout`; None for no limit. A sync tool's thread runs
     on until it returns, and its session refuses calls (`session_busy`) meanwhile."""
+    tool_server_timeout: float = 60.0
+    """Seconds a call to a composed MCP tool server may take (also bounded by `tool_timeout`); a server past it
+    fails that call (`timeout`), never the session."""
+    tool_server_start_timeout: float = 30.0
+    """Seconds a composed MCP tool server may take to start and list its tools; past it, setup fails."""
     tool_threads: int = 40
     """Worker threads for sync tool calls (a timed-out call keeps its thread until it really returns)."""
     discovery_threads: int = 8
@@ -69,6 +74,8 @@ class Settings:
         positive = (
             "session_timeout",
             "ready_wait",
+            "tool_server_timeout",
+            "tool_server_start_timeout",
             "sse_keepalive",
             "call_linger",
             "teardown_timeout",

@@ -59,7 +59,7 @@ def test_the_readme_serve_command_starts_a_server_that_answers_health() -> None:
                 time.sleep(0.1)
         assert response.status_code == 200
         names = httpx.get(f"http://127.0.0.1:{port}/list_environments", timeout=5).json()
-        assert set(names) >= {"math", "frozen_lake", "cliff_walking", "blackjack", "shell"}
+        assert set(names) >= {"math", "frozen_lake", "cliff_walking", "blackjack", "shell", "calculator"}
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -62,6 +62,8 @@ def tool_specs(tools: Iterable[ToolDef]) -> list[ToolSpec]:
         params: list[str] = []
         if tool.input_model is not None:
             params = [info.alias or name for name, info in tool.input_model.model_fields.items()]
+        elif tool.schema:
+            params = list(tool.schema.get("properties") or {})
         specs.append(ToolSpec(tool.name, tool.description, params))
     return specs
 

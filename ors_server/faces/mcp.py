@@ -493,9 +493,14 @@ class McpFace:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         _, binding = self._binding(ctx)
-        if binding is not None:
-            return types.ListToolsResult(tools=_tools(self.store.tools(binding.session.env_cls, binding.session)))
-        return types.ListToolsResult(tools=_tools(self.store.tools(self._path_env(ctx))))
+        try:
+            if binding is not None:
+                listed = await self.store.tools(binding.session.env_cls, binding.session)
+            else:
+                listed = await self.store.tools(self._path_env(ctx))
+        except OrsError as exc:  # a composed tool server that did not answer
+            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
+        return types.ListToolsResult(tools=_tools(listed))
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

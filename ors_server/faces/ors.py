@@ -193,7 +193,7 @@ async def list_environments(request: Request) -> Response:
 
 
 async def tools(request: Request) -> Response:
-    return JSONResponse(tool_specs(_store(request).tools(_path_env(request))))
+    return JSONResponse(tool_specs(await _store(request).tools(_path_env(request))))
 
 
 async def splits(request: Request) -> Response:
@@ -296,7 +296,7 @@ async def prompt(request: Request) -> Response:
 
 async def task_tools(request: Request) -> Response:
     session = _store(request).get(_session_id(request), _path_env_name(request))
-    return JSONResponse(tool_specs(_store(request).tools(session.env_cls, session)))
+    return JSONResponse(tool_specs(await _store(request).tools(session.env_cls, session)))
 
 
 async def call(request: Request) -> Response:

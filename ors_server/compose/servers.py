@@ -1,0 +1,85 @@
+"""The MCP tool servers an environment class composes: what an author declares in `mcp_servers`."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from mcp import ClientSession, types
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*")
+"""Letters, digits, '-' and single '_': the name prefixes its tools as `<name>__<tool>`, so no '__' in it."""
+CLIENT_INFO = types.Implementation(name="ors-server", version="compose")
+
+
+def _check_name(name: str) -> None:
+    if not SERVER_NAME.fullmatch(name) or len(name) > 64:
+        raise ValueError(
+            f"tool server name {name!r} must be 1-64 letters, digits, '-' or single '_' (it prefixes tool names)"
+        )
+
+
+@dataclass(frozen=True)
+class StdioServer:
+    """An MCP server run as a command speaking MCP over its stdin and stdout; one process per episode.
+
+    `command` is the program and its arguments, e.g. `[sys.executable, "-m", "mypackage.tools"]`. `env` adds
+    environment variables to the server's (the server process inherits the default MCP environment, not the
+    whole of ours). The process is ended when the episode ends: stdin closed, then SIGTERM, then SIGKILL.
+    """
+
+    name: str
+    command: Sequence[str]
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if not self.command:
+            raise ValueError(f"tool server {self.name!r} needs a command")
+
+    @asynccontextmanager
+    async def connect(self, errlog: TextIO | None = None) -> AsyncIterator[ClientSession]:
+        """A started process and an initialized MCP client session over its stdio."""
+        command, *args = self.command
+        params = StdioServerParameters(command=command, args=list(args), env=dict(self.env or {}), cwd=self.cwd)
+        async with stdio_client(params, errlog or sys.stderr) as (read, write):
+            async with ClientSession(read, write, client_info=CLIENT_INFO) as session:
+                await session.initialize()
+                yield session
+
+
+@dataclass(frozen=True)
+class HttpServer:
+    """An MCP server reached over streamable HTTP at `url`; one MCP session per episode (ended at its end).
+
+    `headers` go with every request (for example an `Authorization` header).
+    """
+
+    name: str
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"tool server {self.name!r} needs an http:// or https:// url, got {self.url!r}")
+
+    @asynccontextmanager
+    async def connect(self, errlog: TextIO | None = None) -> AsyncIterator[ClientSession]:
+        """An initialized MCP client session (a transport session of the server)."""
+        http = create_mcp_http_client(headers=dict(self.headers))
+        async with http, streamable_http_client(self.url, http_client=http) as (read, write):
+            async with ClientSession(read, write, client_info=CLIENT_INFO) as session:
+                await session.initialize()
+                yield session
+
+
+ToolServer = StdioServer | HttpServer

@@ -1,0 +1,73 @@
+"""The MCP tool server the composition tests start: over stdio (`python -m tests.compose.tool_server TAG`, the tag
+marks its process for the tests to find) and over streamable HTTP (`http_app()`)."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.types import Image
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+def make_server() -> MCPServer:
+    server = MCPServer("testtools", log_level="ERROR")
+    notes: list[str] = []
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Return the text."""
+        return text
+
+    @server.tool()
+    def pid() -> int:
+        """This server's process id."""
+        return os.getpid()
+
+    @server.tool()
+    def remember(note: str) -> str:
+        """Keep a note in this server process."""
+        notes.append(note)
+        return str(len(notes))
+
+    @server.tool()
+    def recall() -> str:
+        """Every note kept, joined by '|'."""
+        return "|".join(notes)
+
+    @server.tool()
+    async def hang() -> str:
+        """Never answers."""
+        await anyio.sleep(3600)
+        return "never"
+
+    @server.tool()
+    def crash() -> str:
+        """Ends this server's process."""
+        os._exit(3)
+
+    @server.tool()
+    def fail() -> str:
+        """Fails with a message."""
+        raise ToolError("no luck today")
+
+    @server.tool()
+    def picture() -> Image:
+        """A one-pixel PNG."""
+        return Image(data=PNG, format="png")
+
+    return server
+
+
+def http_app():  # type: ignore[no-untyped-def]
+    return make_server().streamable_http_app(json_response=True)
+
+
+if __name__ == "__main__":
+    make_server().run()
