@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
@@ -52,7 +52,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ors_server.environment import Environment
+from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
     CapacityReached,
@@ -226,15 +226,15 @@ def action_schema(env_cls: type[Environment]) -> dict[str, Any]:
 # Rendering results.
 
 
-def tool_specs(env_cls: type[Environment]) -> list[dict[str, Any]]:
-    """The tools as a `list_tools` observation lists them (`input_schema`, as OpenEnv's `Tool`)."""
+def tool_specs(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
+    """The tools (`store.tools`) as a `list_tools` observation lists them (`input_schema`, as OpenEnv's `Tool`)."""
     return [
         {"name": t.name, "description": t.description, "input_schema": t.schema or {"type": "object", "properties": {}}}
-        for t in env_cls.tools.values()
+        for t in tools
     ]
 
 
-def mcp_tools(env_cls: type[Environment]) -> list[dict[str, Any]]:
+def mcp_tools(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
     """The tools as JSON-RPC `tools/list` answers them: MCP `Tool` dumps, camelCase."""
     return [
         {
@@ -248,7 +248,7 @@ def mcp_tools(env_cls: type[Environment]) -> list[dict[str, Any]]:
             "meta": None,
             "execution": None,
         }
-        for spec in tool_specs(env_cls)
+        for spec in tool_specs(tools)
     ]
 
 
@@ -299,8 +299,8 @@ def step_payload(name: str, result: CallResult, session: Session) -> dict[str, A
     return {"observation": observation, "reward": None, "done": session.finished}
 
 
-def list_tools_payload(env_cls: type[Environment]) -> dict[str, Any]:
-    return {"observation": {"metadata": {}, "tools": tool_specs(env_cls)}, "reward": None, "done": False}
+def list_tools_payload(tools: Sequence[ToolDef]) -> dict[str, Any]:
+    return {"observation": {"metadata": {}, "tools": tool_specs(tools)}, "reward": None, "done": False}
 
 
 def reset_payload(observation: Any) -> dict[str, Any]:
@@ -497,7 +497,7 @@ class OpenEnvFace:
             raise _invalid(exc) from None
         session = await self._ready(socket)
         if isinstance(action, ListToolsAction):
-            return list_tools_payload(session.env_cls)
+            return list_tools_payload(await self.store.tools(session.env_cls, session))
         result = await self.store.call(session, action.name, action.arguments)
         return step_payload(action.name, result, session)
 
@@ -571,7 +571,8 @@ class OpenEnvFace:
     ) -> Any:
         if method == "tools/list":
             session = self._named(params, path_env) or bound
-            return {"tools": mcp_tools(session.env_cls if session is not None else env_cls)}
+            listed = await self.store.tools(session.env_cls, session) if session else await self.store.tools(env_cls)
+            return {"tools": mcp_tools(listed)}
         if method == "tools/call":
             return await self._rpc_call(params, env_cls, path_env, bound)
         if method == "openenv/session/create":
@@ -827,7 +828,7 @@ async def stateless_step(request: Request) -> Response:
     except ValidationError as exc:
         raise BodyInvalid(_errors(exc)) from None
     if isinstance(action, ListToolsAction):
-        return JSONResponse({"metadata": None, **list_tools_payload(env_cls)})
+        return JSONResponse({"metadata": None, **list_tools_payload(await face.store.tools(env_cls))})
 
     async def call(session: Session) -> dict[str, Any]:
         return step_payload(action.name, await face.store.call(session, action.name, action.arguments), session)

@@ -4,6 +4,7 @@ environment's own, through the one call pipeline; every ending of an episode end
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from ors_server import Environment, HttpServer, StdioServer
 from tests.compose.envs import composed, new_tag, server_pids, stdio, wait_for_pids
@@ -275,3 +277,22 @@ def test_tool_server_names_that_could_collide_are_refused() -> None:
         StdioServer("a__b", ["true"])
     with pytest.raises(TypeError, match="two servers of the same name"):
         composed([StdioServer("same", ["true"]), HttpServer("same", "http://127.0.0.1:1/mcp")])
+
+
+def test_composed_tools_are_listed_and_called_over_the_openenv_socket(tag: str) -> None:
+    with serving([composed([stdio(tag)])]) as live:
+        ws_url = live.url.replace("http://", "ws://") + "/openenv/composed/ws"
+        with connect(ws_url) as ws:
+
+            def step(data: dict[str, Any]) -> dict[str, Any]:
+                ws.send(json.dumps({"type": "step", "data": data}))
+                reply = json.loads(ws.recv(timeout=30))
+                assert reply["type"] == "observation", reply
+                return reply["data"]
+
+            ws.send(json.dumps({"type": "reset", "data": {}}))
+            assert json.loads(ws.recv(timeout=30))["type"] == "observation"
+            listed = step({"type": "list_tools"})
+            called = step({"type": "call_tool", "tool_name": "local__echo", "arguments": {"text": "over openenv"}})
+    assert set(LOCAL_TOOLS) <= {t["name"] for t in listed["observation"]["tools"]}
+    assert called["observation"]["result"]["data"] == "over openenv" and called["done"] is False
