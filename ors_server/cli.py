@@ -174,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             for spec in env_cls.tools.values():
                 first_line = spec.description.splitlines()[0] if spec.description else ""
                 print(f"    {spec.name}: {first_line}")
+            for server in env_cls.mcp_servers:
+                print(f"    {server.name}__*: the tools of MCP server '{server.name}' (listed when served)")
         return
     from ors_server.server import Server
 

@@ -67,6 +67,7 @@ class _StoreCollector(Collector):
 
 class Metrics:
     def __init__(self, store: SessionStore, faces: FaceTable) -> None:
+        self.store = store
         self.registry = CollectorRegistry()
         self.registry.register(_StoreCollector(store))
         self.tool_calls = Counter(
@@ -102,7 +103,7 @@ class Metrics:
 
     def _on_call(self, session: Session, tool: str, outcome: str, seconds: float) -> None:
         # Unknown tool names come from clients: keep them out of the label space.
-        label = tool if tool in session.env_cls.tools or tool == EXECUTE_CODE else "<unknown>"
+        label = tool if tool == EXECUTE_CODE or self.store.has_tool(session, tool) else "<unknown>"
         key = (session.env_name, label, outcome)
         children = self._call_children.get(key)
         if children is None:  # labels() takes a lock and builds a key each time: look each series up once

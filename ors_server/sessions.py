@@ -711,6 +711,10 @@ class SessionStore:
         on = self.codeact(session) if session is not None else self.settings.codeact
         return with_execute_code(tools) if on else tools
 
+    def has_tool(self, session: Session, name: str) -> bool:
+        """Whether `name` is a tool of `session` (its environment's own or a composed one)."""
+        return name in session.env_cls.tools or any(t.name == name for t in self.catalogue.cached(session.env_cls))
+
     def _tool(self, session: Session, name: str) -> ToolDef | None:
         """The tool `name` of a session (whose composed tools were listed when its episode was set up)."""
         return next((t for t in self._tools(session.env_cls, session) if t.name == name), None)

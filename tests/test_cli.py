@@ -14,9 +14,11 @@ def test_envs_lists_every_builtin_environment_with_its_tools_and_splits(capsys: 
         ("cliff_walking", "cliff_move"),
         ("blackjack", "blackjack_move"),
         ("shell", "bash"),
+        ("calculator", "submit"),
     ]:
         assert f"{name}  (splits: train, test" in out
         assert f"    {tool}: " in out
+    assert "    calc__*: the tools of MCP server 'calc'" in out
 
 
 def test_environments_resolve_by_name_case_insensitively_and_by_import_path() -> None:
@@ -39,6 +41,8 @@ def test_environments_resolve_by_name_case_insensitively_and_by_import_path() ->
         (["serve", "--tool-threads", "0"], "tool_threads must be at least 1"),
         (["serve", "--discovery-threads", "0"], "discovery_threads must be at least 1"),
         (["serve", "--lifecycle-threads", "0"], "lifecycle_threads must be at least 1"),
+        (["serve", "--tool-server-timeout", "0"], "tool_server_timeout must be positive"),
+        (["serve", "--tool-server-start-timeout", "-1"], "tool_server_start_timeout must be positive"),
     ],
 )
 def test_bad_arguments_exit_with_a_message_naming_the_problem(args: list[str], message: str) -> None:

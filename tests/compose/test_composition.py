@@ -83,12 +83,14 @@ def test_a_composed_tool_is_called_over_ors_and_counts_as_a_step(tag: str) -> No
         session = live.store.get("s1")
         steps, reward = session.step_count, session.total_reward
         submitted = ors_call(live, "composed", "s1", "submit", {"answer": "done"})
+        metrics = live.client.get("/metrics").text
     assert text_of(result) == "hello"
     assert result["output"]["reward"] is None and result["output"]["finished"] is False
     [image] = picture["output"]["blocks"]
     assert image["type"] == "image" and image["mimeType"] == "image/png"
     assert (steps, reward) == (2, 0.0)
     assert submitted["output"]["reward"] == 1.0 and submitted["output"]["finished"] is True
+    assert 'ors_tool_calls_total{env="composed",outcome="ok",tool="local__echo"} 1.0' in metrics
 
 
 async def test_composed_tools_are_listed_and_called_over_mcp(tag: str) -> None:
