@@ -677,6 +677,9 @@ class SessionStore:
         happens while waiting), or if the episode ends while waiting."""
         if episode.overdue:
             return False
+        if not episode.lock.locked():  # the common case, without a cancel scope
+            episode.lock.acquire_nowait()
+            return True
         with anyio.CancelScope() as scope:
             episode.waiting.add(scope)
             try:
@@ -899,27 +902,31 @@ class SessionStore:
                 return await tool.function(env, *args)
             raise _Overtime()
         work = functools.partial(tool.function, env, *args)
-        # The slot is taken here and given back only when the thread has returned, even past the timeout, so
-        # hung tools can hold at most `tool_threads` threads.
-        slot, limiter, acquired = object(), self.limiters["tools"], False
-        deadline = anyio.current_time() + (timeout or 0.0)  # the timeout counts the wait for a thread too
-        with anyio.move_on_after(timeout):
-            await limiter.acquire_on_behalf_of(slot)
-            acquired = True
-        if not acquired:
-            raise _Overtime()  # no tool thread came free in time: the tool did not run
-        try:
-            if timeout is None or call is None:
-                output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
-            else:
+        limiter = self.limiters["tools"]
+        if timeout is None:
+            # No timeout: anyio holds the slot for as long as it waits for the thread, which is until it returns
+            # (only a cancellation at shutdown abandons it).
+            output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=limiter)
+        else:
+            # The slot is taken here and given back only when the thread has returned, even past the timeout, so
+            # hung tools can hold at most `tool_threads` threads.
+            slot, acquired = object(), False
+            deadline = anyio.current_time() + timeout  # the timeout counts the wait for a thread too
+            with anyio.move_on_after(timeout):
+                await limiter.acquire_on_behalf_of(slot)
+                acquired = True
+            if not acquired:
+                raise _Overtime()  # no tool thread came free in time: the tool did not run
+            try:
                 async with anyio.create_task_group() as watch:
+                    assert call is not None
                     watch.start_soon(self._watch, session, episode, call, started, deadline)
                     try:
                         output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
                     finally:
                         watch.cancel_scope.cancel()
-        finally:
-            limiter.release_on_behalf_of(slot)
+            finally:
+                limiter.release_on_behalf_of(slot)
         if call is not None and call.done.is_set():  # answered `timeout` already: the overdue thread ending
             episode.overdue -= 1
             session.overdue_calls -= 1
