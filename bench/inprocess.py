@@ -30,7 +30,9 @@ BODY = json.dumps({"name": "tick", "input": {}}).encode()
 
 
 async def request(app, path: str, body: bytes, headers: dict[str, str]) -> None:
-    raw = [(k.encode(), v.encode()) for k, v in headers.items()] + [(b"content-length", str(len(body)).encode())]
+    raw = [(k.encode(), v.encode()) for k, v in {"host": "127.0.0.1", **headers}.items()] + [
+        (b"content-length", str(len(body)).encode())
+    ]
     scope = {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
         "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
