@@ -19,7 +19,6 @@ old one, so answers never wait behind a running tool call (EP gives reward and s
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -27,6 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ors_server import wirejson
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionNotFound
 from ors_server.faces import Core, Face
@@ -144,8 +144,8 @@ async def reset_session(request: Request) -> Response:
     key = _key(request)
     raw = await request.body()
     try:
-        body = json.loads(raw) if raw.strip() else {}
-    except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+        body = wirejson.loads(raw) if raw.strip() else {}
+    except wirejson.MalformedJson:
         raise BadRequest('body must be JSON: {"seed": <int or null>}') from None
     if not isinstance(body, dict):
         raise BadRequest('body must be a JSON object: {"seed": <int or null>}')

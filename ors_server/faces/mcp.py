@@ -53,7 +53,6 @@ Results
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -75,6 +74,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
+from ors_server import wirejson
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionNotFound, Unavailable
 from ors_server.faces import Core, Face
@@ -314,8 +314,8 @@ class McpFace:
         """A POST without a transport id: an `initialize` (or a sessionless 2026-07-28 request)."""
         body = await _read_body(receive)
         try:
-            message = json.loads(body)
-        except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+            message = wirejson.loads(body)
+        except wirejson.MalformedJson:
             message = None  # the transport answers the parse error
         if not (isinstance(message, dict) and message.get("method") == "initialize"):
             await self.transport(scope, _replay(body, receive), send)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ors_server import sse
+from ors_server import sse, wirejson
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -110,8 +109,8 @@ async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool 
     if not raw.strip() and empty_ok:
         raw = b"{}"
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
+        data = wirejson.loads(raw)
+    except wirejson.MalformedJson as exc:
         raise BodyInvalid([{"type": "json_invalid", "loc": ["body"], "msg": f"JSON decode error: {exc}"}]) from None
     try:
         return model.model_validate(data)
@@ -154,7 +153,7 @@ def _secrets(request: Request, body: CreateBody) -> dict[str, str]:
     header = request.headers.get("x-secrets")
     if header:
         try:
-            decoded = json.loads(base64.b64decode(header, validate=True))
+            decoded = wirejson.loads(base64.b64decode(header, validate=True))
             from_header = {key: entry["value"] for key, entry in decoded.items()}
         except (binascii.Error, ValueError, TypeError, KeyError, AttributeError):
             raise BadRequest('X-Secrets must be base64 of JSON {name: {"value": str}}') from None

@@ -6,6 +6,7 @@ so a case that cost the server its health fails where it happened.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -415,3 +416,86 @@ def test_deeply_nested_json_gets_a_4xx_in_the_face_shape(base: str, case: Case):
     with httpx.Client(base_url=base, timeout=15) as client:
         response = case.send(client)
     assert_face_error(response, case.face)
+
+
+LONE = b'"\\ud800"'
+"""A JSON string holding a lone surrogate escape: valid JSON syntax, but no Unicode text (it cannot be encoded)."""
+
+
+def in_math_session(path: str, content: bytes) -> Callable[[httpx.Client], httpx.Response]:
+    def send(client: httpx.Client) -> httpx.Response:
+        session = client.post("/create_session").json()["sid"]
+        created = client.post(
+            "/create", json={"env_name": "math", "split": "train", "index": 1}, headers=sid_headers(session)
+        )
+        assert created.status_code == 200
+        try:
+            return client.post(path, content=content, headers=sid_headers(session))
+        finally:
+            client.post("/delete", headers=sid_headers(session))
+
+    return send
+
+
+def secrets_header(value: bytes) -> dict[str, str]:
+    return {"X-Secrets": base64.b64encode(b'{"KEY": {"value": ' + value + b"}}").decode(), **sid_headers()}
+
+
+SURROGATE_CASES = [
+    Case(
+        "lone surrogate tool name", "ors", in_math_session("/math/call", b'{"name": ' + LONE + b', "input": {}}'), 422
+    ),
+    Case(
+        "lone surrogate tool input",
+        "ors",
+        in_math_session("/math/call", b'{"name": "submit", "input": {"answer": ' + LONE + b"}}"),
+        422,
+    ),
+    Case(
+        "lone surrogate env_name",
+        "ors",
+        post("/create", content=b'{"env_name": ' + LONE + b"}", headers=sid_headers()),
+        422,
+    ),
+    Case(
+        "lone surrogate in a task spec",
+        "ors",
+        post(
+            "/create",
+            content=b'{"env_name": "math", "task_spec": {"question": ' + LONE + b', "answer": "1"}}',
+            headers=sid_headers(),
+        ),
+        422,
+    ),
+    Case(
+        "lone surrogate in a secret",
+        "ors",
+        post("/create", json={"env_name": "math", "split": "train", "index": 1}, headers=secrets_header(LONE)),
+        400,
+    ),
+    Case(
+        "lone surrogate on reset",
+        "control",
+        control("/control/reset_session", "bogus", "POST", content=b'{"seed": 1, "x": ' + LONE + b"}"),
+        400,
+    ),
+    Case(
+        "lone surrogate json-rpc method",
+        "mcp",
+        mcp_post(content=b'{"jsonrpc": "2.0", "id": 1, "method": ' + LONE + b"}"),
+    ),
+    Case(
+        "lone surrogate in _extra",
+        "mcp",
+        mcp_post(content=json.dumps(initialize_body({"session_id": "LONE"})).encode().replace(b'"LONE"', LONE)),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SURROGATE_CASES, ids=lambda c: f"{c.face}: {c.id}")
+def test_a_lone_surrogate_anywhere_in_json_is_malformed_input_in_the_face_shape(client: httpx.Client, case: Case):
+    response = case.send(client)
+    assert_face_error(response, case.face)
+    expected = case.status if isinstance(case.status, tuple) else (case.status,)
+    assert case.status is None or response.status_code in expected, (response.status_code, response.text[:500])
+    ors_episode(client)
