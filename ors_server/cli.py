@@ -96,6 +96,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes, metavar="N")
     serve.add_argument(
+        "--max-task-spec-bytes",
+        type=int,
+        default=Settings.max_task_spec_bytes,
+        metavar="N",
+        help="largest task spec or MCP config a session may hold",
+    )
+    serve.add_argument(
+        "--max-replay-chars",
+        type=int,
+        default=Settings.max_replay_chars,
+        metavar="N",
+        help="finished call results kept for replay, in total",
+    )
+    serve.add_argument(
         "--max-header-bytes", type=int, default=Settings.max_header_bytes, metavar="N", help="largest request head"
     )
     serve.add_argument(
@@ -192,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             discovery_threads=args.discovery_threads,
             lifecycle_threads=args.lifecycle_threads,
             max_body_bytes=args.max_body_bytes,
+            max_task_spec_bytes=args.max_task_spec_bytes,
+            max_replay_chars=args.max_replay_chars,
             max_header_bytes=args.max_header_bytes,
             header_timeout=args.header_timeout,
             body_timeout=args.body_timeout,

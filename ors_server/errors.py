@@ -9,6 +9,7 @@
     │   ├── SessionExists
     │   └── WrongEnvironment     a session addressed through another environment's path
     ├── Refused                  refused before any face ran: auth (401), body size (413), a transport's own checks
+    ├── TaskTooLarge             a task spec or MCP config past --max-task-spec-bytes (413)
     ├── NotFound                 (404)
     │   ├── EnvironmentNotFound
     │   └── SessionNotFound      unknown, reaped or never created
@@ -108,6 +109,13 @@ class Refused(OrsError):
     @property
     def headers(self) -> dict[str, str]:
         return self._headers
+
+
+class TaskTooLarge(OrsError):
+    status = 413
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(f"{what} is {size} bytes as JSON, more than the limit of {limit} (--max-task-spec-bytes)")
 
 
 class Unavailable(OrsError):

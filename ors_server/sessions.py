@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import json
 import logging
 import math
 import re
@@ -63,6 +64,7 @@ from ors_server.errors import (
     SessionStarting,
     SetupFailed,
     ShuttingDown,
+    TaskTooLarge,
     ToolServerUnavailable,
     WrongEnvironment,
 )
@@ -266,6 +268,16 @@ def _construct(session: Session, episode: Episode) -> None:
         episode.env.setup()
 
 
+def _result_chars(result: CallResult) -> int:
+    """About what a finished call's result holds: its blocks' text and image data (and its metadata)."""
+    if not isinstance(result, ToolOutput):
+        return len(result.message)
+    size = sum(len(block.text if block.type == "text" else block.data) for block in result.blocks)
+    if result.metadata:
+        size += len(json.dumps(result.metadata, default=str))
+    return size
+
+
 def _outcome(result: CallResult) -> str:
     if isinstance(result, ToolOutput):
         return "ok"
@@ -295,6 +307,10 @@ class SessionStore:
         """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
         self.overdue_calls = 0
         """Timed-out sync tool calls whose threads still run."""
+        self._replayable: deque[tuple[float, ToolCall, Episode, int]] = deque()
+        """(end time, call, its episode, its result's size) of every finished call kept for replay, oldest first."""
+        self.replay_chars = 0
+        """Their sizes summed: kept within `max_replay_chars`."""
         self.on_end: list[Callable[[Session, str], None]] = []
         """Called with (session, how) when a session ends: 'deleted', 'reaped' or 'shutdown'."""
         self.on_call: list[Callable[[Session, str, str, float], None]] = []
@@ -377,6 +393,7 @@ class SessionStore:
         if session_id in self._sessions:
             raise SessionExists()
         self._check_admission()
+        self._check_size("the task spec", task_spec)
         session = Session(
             session_id, env_cls, task_spec, dict(secrets or {}), seed=seed, config=config, created_by=created_by
         )
@@ -427,6 +444,7 @@ class SessionStore:
         """The task of a new session named by a seed and config; raises what `create` would raise if the store
         cannot admit a session now, before spending a worker thread on `task_from_seed`."""
         self._check_admission()
+        self._check_size("the config", config)
         return await self._task_from_seed(env_cls, seed, config)
 
     async def _task_from_seed(self, env_cls: type[Environment], seed: int | None, config: dict[str, Any]) -> Any:
@@ -441,6 +459,13 @@ class SessionStore:
             raise ShuttingDown()
         if len(self._sessions) >= self.settings.max_sessions:
             raise CapacityReached(self.settings.max_sessions)
+
+    def _check_size(self, what: str, value: Any) -> None:
+        # Bounds what one session holds, so that `max_sessions` bounds memory.
+        limit = self.settings.max_task_spec_bytes
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+        if size > limit:
+            raise TaskTooLarge(what, size, limit)
 
     def get(self, session_id: str, env_name: str | None = None) -> Session:
         """The live session `session_id`, its idle timer refreshed. `env_name` checks the path's environment."""
@@ -602,6 +627,7 @@ class SessionStore:
         ]
         for session in self._sessions.values():
             self._prune_calls(session.episode)
+        self._forget_replays()
         for session_id in idle:
             await self.discard(session_id, "reaped")
         return len(idle)
@@ -773,8 +799,23 @@ class SessionStore:
         call.result = result
         call.ended_at = time.monotonic()
         episode.ended_calls.append((call.ended_at, call.id))
+        size = _result_chars(result)
+        self._replayable.append((call.ended_at, call, episode, size))
+        self.replay_chars += size
+        self._forget_replays()
         call.done.set()
         self._count(session, call.name, result, call.ended_at - started)
+
+    def _forget_replays(self) -> None:
+        """Forget finished calls past the linger, and the oldest past the global budget (`max_replay_chars`):
+        results kept for replay are bounded in total, whatever the number of sessions and clients."""
+        horizon = time.monotonic() - self.settings.call_linger
+        replayable = self._replayable
+        while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0][0] < horizon):
+            _, call, episode, size = replayable.popleft()
+            self.replay_chars -= size
+            if episode.calls.get(call.id) is call:
+                del episode.calls[call.id]  # a waiter holding the call still gets its result
 
     def _count(self, session: Session, name: str, result: CallResult, seconds: float) -> None:
         outcome = _outcome(result)

@@ -37,6 +37,12 @@ class Settings:
     max_output_chars: int = 16 * 1024 * 1024
     """The most characters a tool result's blocks may hold (text plus base64 image data)."""
     max_body_bytes: int = 4 * 1024 * 1024
+    max_task_spec_bytes: int = 256 * 1024
+    """The largest task spec (and MCP binding config) a session may hold, as compact UTF-8 JSON; 413 past it.
+    With `max_sessions` it bounds what task specs can take: 10,000 x 256 KiB = 2.5 GiB at most."""
+    max_replay_chars: int = 256 * 1024 * 1024
+    """Characters of finished calls' results (text and image data) kept, across all sessions, for replay by
+    `task_id`; past it the oldest are forgotten first (a replay of one answers as an unknown task_id)."""
     max_header_bytes: int = 64 * 1024
     """The largest request line plus headers a client may send (431 past it)."""
     header_timeout: float = 30.0
@@ -91,6 +97,8 @@ class Settings:
             "max_output_chars",
             "max_body_bytes",
             "max_header_bytes",
+            "max_task_spec_bytes",
+            "max_replay_chars",
             "tombstones",
             "codeact_memory_bytes",
             "codeact_output_chars",
