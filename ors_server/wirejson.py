@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
 """Where a surrogate can come from: JSON text is UTF-8, so only a `\\uD800`-`\\uDFFF` escape makes one."""
 
 
@@ -21,7 +22,7 @@ class MalformedJson(ValueError):
     pass
 
 
-def loads(raw: bytes) -> Any:
+def loads(raw: bytes | str) -> Any:
     """The JSON value of `raw`; MalformedJson (a ValueError) if it is not JSON text free of lone surrogates."""
     try:
         value = json.loads(raw)
@@ -31,7 +32,8 @@ def loads(raw: bytes) -> Any:
         raise MalformedJson(str(exc)) from None
     # Pairs decode to one character: a surrogate left in the value was alone. Only bodies with such an escape
     # are walked, so the common case costs one regex scan.
-    if _SURROGATE_ESCAPE.search(raw) and _has_surrogate(value):
+    escape = _SURROGATE_ESCAPE_TEXT.search(raw) if isinstance(raw, str) else _SURROGATE_ESCAPE.search(raw)
+    if escape and _has_surrogate(value):
         raise MalformedJson("a string holds a lone surrogate escape (\\ud800-\\udfff), which is not Unicode text")
     return value
 

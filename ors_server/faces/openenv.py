@@ -52,6 +52,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from ors_server import wirejson
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -466,8 +467,8 @@ class OpenEnvFace:
         """The one reply to one frame, or None for `close` (which gets none)."""
         try:
             try:
-                message = json.loads(raw)
-            except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
+                message = wirejson.loads(raw)
+            except wirejson.MalformedJson as exc:
                 raise _FrameError("INVALID_JSON", f"Invalid JSON: {exc}") from None
             kind = message.get("type", "") if isinstance(message, dict) else None
             if kind == "step":
@@ -733,8 +734,8 @@ async def jsonrpc_endpoint(request: Request) -> Response:
     env_cls = face.env_of(path_env)
     raw = await request.body()
     try:
-        message = json.loads(raw)
-    except (ValueError, RecursionError):
+        message = wirejson.loads(raw)
+    except wirejson.MalformedJson:
         return JSONResponse(_rpc_reply(None, error=_RpcError(PARSE_ERROR, "Parse error")))
     return JSONResponse(await face.rpc(message, env_cls, path_env))
 

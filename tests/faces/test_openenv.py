@@ -263,6 +263,7 @@ BAD_FRAMES = [
     ({"type": "reset", "data": {"seed": "x"}}, "VALIDATION_ERROR", "Invalid message"),
     ({"type": "reset", "data": [1]}, "VALIDATION_ERROR", "Invalid message"),
     ([1, 2], "VALIDATION_ERROR", None),
+    ('{"type": "step", "data": {"type": "call_tool", "tool_name": "\\ud800", "arguments": {}}}', "INVALID_JSON", None),
 ]
 
 
@@ -521,6 +522,20 @@ def test_jsonrpc_refuses_what_is_not_a_request(live):
     }
     assert empty.json()["error"]["code"] == -32600
     assert initialize["error"] == {"code": -32601, "message": "Method not found: initialize", "data": None}
+
+
+def test_jsonrpc_refuses_a_lone_surrogate_as_a_parse_error(live):
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "\\ud800", "arguments": {}}}'
+    refused = live.client.post("/openenv/frozen_lake/mcp", content=body)
+    assert refused.status_code == 200
+    assert refused.json()["error"]["code"] == -32700
+
+
+def test_a_websocket_from_a_stranger_host_or_origin_is_refused_before_it_opens(live):
+    for headers in ({"Host": "attacker.example"}, {"Origin": "http://attacker.example"}):
+        with pytest.raises(InvalidStatus) as refused, frames(live, headers=headers):
+            pass
+        assert refused.value.response.status_code == 403
 
 
 def test_jsonrpc_sessions_are_store_sessions_and_tool_calls_are_their_steps(live):
