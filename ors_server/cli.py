@@ -110,6 +110,13 @@ def _parser() -> argparse.ArgumentParser:
         help="finished call results kept for replay, in total",
     )
     serve.add_argument(
+        "--max-mcp-transports-per-session",
+        type=int,
+        default=Settings.max_mcp_transports_per_session,
+        metavar="N",
+        help="MCP transports one session may have open",
+    )
+    serve.add_argument(
         "--max-header-bytes", type=int, default=Settings.max_header_bytes, metavar="N", help="largest request head"
     )
     serve.add_argument(
@@ -208,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             max_body_bytes=args.max_body_bytes,
             max_task_spec_bytes=args.max_task_spec_bytes,
             max_replay_chars=args.max_replay_chars,
+            max_mcp_transports_per_session=args.max_mcp_transports_per_session,
             max_header_bytes=args.max_header_bytes,
             header_timeout=args.header_timeout,
             body_timeout=args.body_timeout,

@@ -10,6 +10,7 @@
     │   └── WrongEnvironment     a session addressed through another environment's path
     ├── Refused                  refused before any face ran: auth (401), body size (413), a transport's own checks
     ├── TaskTooLarge             a task spec or MCP config past --max-task-spec-bytes (413)
+    ├── TooManyTransports        an episode already has --max-mcp-transports-per-session MCP transports (429)
     ├── NotFound                 (404)
     │   ├── EnvironmentNotFound
     │   └── SessionNotFound      unknown, reaped or never created
@@ -116,6 +117,16 @@ class TaskTooLarge(OrsError):
 
     def __init__(self, what: str, size: int, limit: int) -> None:
         super().__init__(f"{what} is {size} bytes as JSON, more than the limit of {limit} (--max-task-spec-bytes)")
+
+
+class TooManyTransports(OrsError):
+    status = 429
+
+    def __init__(self, session_id: str, limit: int) -> None:
+        super().__init__(
+            f"session {session_id} already has {limit} open MCP transports (--max-mcp-transports-per-session); "
+            "close one (HTTP DELETE) first"
+        )
 
 
 class Unavailable(OrsError):

@@ -43,6 +43,8 @@ class Settings:
     max_replay_chars: int = 256 * 1024 * 1024
     """Characters of finished calls' results (text and image data) kept, across all sessions, for replay by
     `task_id`; past it the oldest are forgotten first (a replay of one answers as an unknown task_id)."""
+    max_mcp_transports_per_session: int = 8
+    """MCP transports (initialize handshakes) one session may have open at once; one more gets 429."""
     max_header_bytes: int = 64 * 1024
     """The largest request line plus headers a client may send (431 past it)."""
     header_timeout: float = 30.0
@@ -97,6 +99,7 @@ class Settings:
             "max_output_chars",
             "max_body_bytes",
             "max_header_bytes",
+            "max_mcp_transports_per_session",
             "max_task_spec_bytes",
             "max_replay_chars",
             "tombstones",

@@ -38,6 +38,7 @@ def test_environments_resolve_by_name_case_insensitively_and_by_import_path() ->
         (["serve", "--max-header-bytes", "0"], "max_header_bytes must be at least 1"),
         (["serve", "--max-task-spec-bytes", "0"], "max_task_spec_bytes must be at least 1"),
         (["serve", "--max-replay-chars", "0"], "max_replay_chars must be at least 1"),
+        (["serve", "--max-mcp-transports-per-session", "0"], "max_mcp_transports_per_session must be at least 1"),
         (["serve", "--header-timeout", "0"], "header_timeout must be positive"),
         (["serve", "--body-timeout", "-1"], "body_timeout must be positive"),
         (["serve", "--tool-threads", "0"], "tool_threads must be at least 1"),

@@ -76,7 +76,15 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ors_server import wirejson
 from ors_server.environment import Environment, ToolDef
-from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionNotFound, Unavailable
+from ors_server.errors import (
+    BadRequest,
+    OrsError,
+    Refused,
+    SessionDeleted,
+    SessionNotFound,
+    TooManyTransports,
+    Unavailable,
+)
 from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.scale.ids import worker_tag
@@ -285,6 +293,8 @@ class McpFace:
         self._bindings: dict[str, _Binding] = {}
         self._opening: Counter[str] = Counter()
         """Keys with an `initialize` in progress: a transport closing meanwhile must not end their episode."""
+        self._admitted: Counter[str] = Counter()
+        """Session ids with an `initialize` admitted under the per-session cap but not yet bound."""
         store.on_end.append(self._forget_key)
 
     # Wiring.
@@ -321,6 +331,7 @@ class McpFace:
             await self.transport(scope, _replay(body, receive), send)
             return
         extra = _object(_object(_object(message.get("params")).get("clientInfo")).get("_extra"))
+        admitted: Session | None = None
         try:
             key = extra.get("session_id") or Headers(scope=scope).get(KEY_HEADER)
             seed = _int_or_none(extra.get("seed"), "clientInfo._extra.seed")
@@ -333,6 +344,7 @@ class McpFace:
                 key = self.store.check_id(str(key).strip())
                 self._opening[key] += 1
                 session, created = await self.store.open(key, env_cls, seed=seed, config=config, created_by="mcp")
+                admitted = self._admit(session)
                 if not created and session.created_by == "mcp" and (session.step_count or session.finished):
                     # The same row run again: a fresh episode, identical to the first (same seed, same config).
                     await self.store.reset(session, seed if "seed" in extra else session.seed)
@@ -342,6 +354,7 @@ class McpFace:
                 task = await self.store.task_for(env_cls, seed, config)
         except OrsError as exc:
             self._done_opening(key)
+            self._done_admitting(admitted)
             await _send_error(scope, send, exc, message.get("id"))
             return
 
@@ -375,9 +388,26 @@ class McpFace:
             await self.transport(scope, _replay(body, receive), bind)
         finally:
             self._done_opening(key)
+            self._done_admitting(admitted)
             if created and not bound and session is not None:
                 with anyio.CancelScope(shield=True):
                     await self._end(session, "reaped")
+
+    def _admit(self, session: Session) -> Session:
+        """Count one more transport for `session`, or refuse it: the manager's cap (`max_sessions`) counts
+        transports, so without this one episode's clients could take every slot."""
+        limit = self.settings.max_mcp_transports_per_session
+        bound = sum(1 for binding in self._bindings.values() if binding.session is session)
+        if bound + self._admitted[session.id] >= limit:
+            raise TooManyTransports(session.id, limit)
+        self._admitted[session.id] += 1
+        return session
+
+    def _done_admitting(self, session: Session | None) -> None:
+        if session is not None:
+            self._admitted[session.id] -= 1
+            if not self._admitted[session.id]:
+                del self._admitted[session.id]
 
     def _done_opening(self, key: str | None) -> None:
         if key is not None and key in self._opening:
