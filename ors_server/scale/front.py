@@ -26,7 +26,7 @@ from ors_server.scale import metrics as merged
 from ors_server.scale.keys import header_key, is_create, is_mcp_post, read_initialize, read_params_session
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
-from ors_server.scale.upstream import Upstream, WorkerUnreachable
+from ors_server.scale.upstream import Upstream, WorkerUnreachable, probe
 
 logger = logging.getLogger("ors_server.front")
 
@@ -101,6 +101,28 @@ class Front:
             upstream.close()
         if self.on_unreachable is not None:
             self.on_unreachable(worker)
+
+    async def watch_health(self, period: float = 1.0, patience: float = 2.0, strikes: int = 3) -> None:
+        """Probe every live worker's `/health` each `period`: nothing listening means dead at once; `strikes`
+        probes in a row without an answer within `patience` mean dead too. This catches a silently lost node
+        well before a cluster manager does (Ray declares a node dead after 15 s or more)."""
+        misses: Counter[Any] = Counter()
+
+        async def check(worker: Worker) -> None:
+            try:
+                await probe(worker.address, patience)
+                misses.pop(worker.tag, None)
+            except WorkerUnreachable:
+                self.unreachable(worker)
+            except (TimeoutError, OSError):
+                misses[worker.tag] += 1
+                if misses[worker.tag] >= strikes:
+                    logger.warning("worker %s did not answer %d health checks", worker.tag, strikes)
+                    self.unreachable(worker)
+
+        while True:
+            await asyncio.sleep(period)
+            await asyncio.gather(*(check(worker) for worker in self.table.live()))
 
     # HTTP.
 

@@ -198,8 +198,8 @@ class RayMembership:
 
     def __init__(self, controller: Any, table: WorkerTable) -> None:
         self.controller, self.table = controller, table
+        self.front: Front | None = None
         self.detached: asyncio.Future[bool] | None = None
-        self._follow: asyncio.Task[None] | None = None
 
     def apply(self, rows: Sequence[dict[str, Any] | None]) -> None:
         for index, row in enumerate(rows):
@@ -229,12 +229,15 @@ class RayMembership:
         await self.controller.attach.remote()
         version, rows = await self.controller.table.remote(-1, 0.0)
         self.apply(rows)
-        self._follow = asyncio.ensure_future(self._follow_table(version))
+        tasks = [asyncio.ensure_future(self._follow_table(version))]
+        if self.front is not None:
+            tasks.append(asyncio.ensure_future(self.front.watch_health()))
         try:
             yield self
         finally:
             await self.detach()
-            self._follow.cancel()
+            for task in tasks:
+                task.cancel()
 
     def start_detach(self) -> None:
         if self.detached is None:
@@ -294,6 +297,7 @@ def serve(
             lifespan=membership.run,
             on_unreachable=membership.unreachable,
         )
+        membership.front = front
         config = uvicorn.Config(
             front,
             host=settings.host,

@@ -187,3 +187,18 @@ class Upstream:
     def close(self) -> None:
         while self.idle:
             self.idle.pop().close()
+
+
+async def probe(address: Address, patience: float) -> int:
+    """The status of `GET /health` at `address` on a connection of its own; raises WorkerUnreachable when nothing
+    listens there and TimeoutError when the worker does not answer within `patience` seconds."""
+    async with asyncio.timeout(patience):
+        upstream = Upstream(address)
+        reply = await upstream.request("GET", b"/health", [(b"host", address.authority.encode())], b"")
+        try:
+            async for _ in reply.body():
+                pass
+        finally:
+            reply.close()
+            upstream.close()
+        return reply.status

@@ -1,0 +1,315 @@
+"""Scaling out, measured: `python bench/scale.py` (options: --help).
+
+  cpu    a CPU-bound environment (a tool burning ~15 ms of pure Python), 8 sessions in closed loops:
+         calls/s of one server process vs `--workers 1` vs `--workers 2` behind the front
+  hop    the front's cost for cheap calls at concurrency 1: p50/p99 of `POST /ping` and of a no-op SSE `/call`,
+         direct (one server process) vs through the front (`--workers 1`), and the front's CPU per request
+  ws     WebSocket message round trip: an echo server direct vs through the front, and the front's CPU per message
+  kill   time from SIGKILL of a worker to its session's first 410 at the front
+
+Contenders are interleaved round by round and medians shown with ranges: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import Conn, run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+ENV = "bench.scale_envs:Burn"
+SSE = {"accept": "text/event-stream", "content-type": "application/json"}
+LOGS = Path(tempfile.mkdtemp(prefix="ors-scale-bench-"))
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process (its children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def worker_pid(front: int, slot: int) -> int:
+    """The pid of the worker process in `slot` (its spec in the environment names its tag)."""
+    for child in Path(f"/proc/{front}/task/{front}/children").read_text().split():
+        if f'"worker_tag": "w{slot}-'.encode() in Path(f"/proc/{child}/environ").read_bytes():
+            return int(child)
+    raise LookupError(slot)
+
+
+@contextmanager
+def server(workers: int | None) -> Iterator[tuple[int, int]]:
+    """`ors-server serve` (one process, or `--workers N` behind the front); yields (port, pid) once healthy."""
+    port = free_port()
+    command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--env", ENV]
+    command += ["--log-level", "warning"] + (["--workers", str(workers)] if workers else [])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = LOGS / f"server-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the server did not start; see {log}:\n{log.read_text()[-2000:]}")
+            try:
+                with socket.create_connection((HOST, port), timeout=1) as sock:
+                    sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+                    if b" 200 " in sock.recv(200):
+                        break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        yield port, proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def new_session(conn: Conn) -> str:
+    status, _, body = await conn.request("POST", "/create_session")
+    sid = json.loads(body)["sid"]
+    created = json.dumps({"env_name": "burn", "task_spec": {}}).encode()
+    status, _, body = await conn.request("POST", "/create", created, {"x-session-id": sid, **SSE})
+    if status != 200:
+        raise ValueError(body)
+    return sid
+
+
+def call(tool: str, arguments: dict):
+    payload = json.dumps({"name": tool, "input": arguments}).encode()
+
+    async def op(conn: Conn, sid: str) -> None:
+        status, _, body = await conn.request("POST", "/call", payload, {"x-session-id": sid, **SSE}, label="call")
+        if status != 200 or b"event: end" not in body:
+            raise ValueError(body[:200])
+
+    return op
+
+
+async def ping(conn: Conn, sid: str) -> None:
+    status, _, _ = await conn.request("POST", "/ping", b"", {"x-session-id": sid}, label="ping")
+    if status != 200:
+        raise ValueError(status)
+
+
+def spread(values: list[float], fmt: str = "{:.0f}") -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def cpu_bound(args: argparse.Namespace) -> None:
+    contenders = {"one process": None, "--workers 1": 1, "--workers 2": 2}
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(args.rounds):
+        for name, workers in contenders.items():
+            with server(workers) as (port, _):
+                result = asyncio.run(run(HOST, port, 8, args.duration, lambda c, i: new_session(c), call("burn", {})))
+            rates[name].append(result.rate)
+            print(f"  {name}: {result.rate:.1f} calls/s ({result.errors} errors)", flush=True)
+    print("\ncpu: 8 sessions calling a ~15 ms pure-Python tool (calls/s, median (range))")
+    base = statistics.median(rates["one process"])
+    for name, values in rates.items():
+        print(f"  {name:12} {spread(values, '{:.1f}')}   x{statistics.median(values) / base:.2f}")
+    ratios = [w2 / w1 for w1, w2 in zip(rates["one process"], rates["--workers 2"], strict=True)]
+    print(f"  --workers 2 / one process, per round: {', '.join(f'{r:.2f}' for r in ratios)}")
+
+
+def hop(args: argparse.Namespace) -> None:
+    rows: dict[str, dict[str, list[float]]] = {}
+    front_cpu: dict[str, list[float]] = {"ping": [], "call": []}
+    for _ in range(args.rounds):
+        for name, workers in (("direct", None), ("front", 1)):
+            with server(workers) as (port, pid):
+                for label, op in (("ping", ping), ("call", call("noop", {}))):
+
+                    async def measure(op=op) -> tuple:
+                        conn = Conn(HOST, port)
+                        sid = await new_session(conn)
+                        for _ in range(200):  # warm up: connections, caches
+                            await op(conn, sid)
+                        before = cpu_seconds(pid)
+                        result = await run(HOST, port, 1, args.duration, lambda c, i: asyncio.sleep(0, sid), op)
+                        return result, cpu_seconds(pid) - before
+
+                    result, cpu = asyncio.run(measure())
+                    key = f"{label} {name}"
+                    rows.setdefault(key, {"p50": [], "p99": []})
+                    rows[key]["p50"].append(result.pct("op", 0.5))
+                    rows[key]["p99"].append(result.pct("op", 0.99))
+                    if name == "front":
+                        front_cpu[label].append(cpu / result.ops * 1e6)
+                    print(f"  {key}: p50 {result.pct('op', 0.5):.3f} ms, {result.ops} requests", flush=True)
+    print("\nhop: cheap requests at concurrency 1 (ms, median (range) over rounds)")
+    for label in ("ping", "call"):
+        d, f = rows[f"{label} direct"], rows[f"{label} front"]
+        added50 = [b - a for a, b in zip(d["p50"], f["p50"], strict=True)]
+        added99 = [b - a for a, b in zip(d["p99"], f["p99"], strict=True)]
+        print(f"  {label}: direct p50 {spread(d['p50'], '{:.3f}')}, p99 {spread(d['p99'], '{:.3f}')}")
+        print(f"  {label}: front  p50 {spread(f['p50'], '{:.3f}')}, p99 {spread(f['p99'], '{:.3f}')}")
+        print(f"  {label}: added  p50 {spread(added50, '{:+.3f}')}, p99 {spread(added99, '{:+.3f}')}")
+        print(f"  {label}: front CPU per request {spread(front_cpu[label], '{:.0f}')} us")
+
+
+ECHO_APP = """
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+
+async def echo(ws):
+    await ws.accept()
+    try:
+        while True:
+            await ws.send_text(await ws.receive_text())
+    except Exception:
+        pass
+
+app = Starlette(routes=[WebSocketRoute("/ws", echo)])
+"""
+
+FRONT_APP = """
+import sys
+import uvicorn
+from ors_server.scale.front import Front
+from ors_server.scale.ids import WorkerTag
+from ors_server.scale.refusals import Refusals
+from ors_server.scale.table import Address, Worker, WorkerTable
+from ors_server.settings import Settings
+from bench.scale_envs import Burn
+
+table = WorkerTable(1)
+table.put(Worker(WorkerTag(0, 1), Address(uds=sys.argv[2])))
+front = Front(table, Refusals([Burn], Settings()), max_body_bytes=1 << 20)
+uvicorn.run(front, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", server_header=False)
+"""
+
+
+def websocket(args: argparse.Namespace) -> None:
+    import websockets
+
+    uds = str(LOGS / "echo.sock")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    (LOGS / "echo_app.py").write_text(ECHO_APP)
+    echo_port, front_port = free_port(), free_port()
+    servers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--app-dir", str(LOGS), "echo_app:app", "--port", str(echo_port)],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--app-dir", str(LOGS), "echo_app:app", "--uds", uds],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        ),
+    ]
+    time.sleep(3)
+    front = subprocess.Popen([sys.executable, "-c", FRONT_APP, str(front_port), uds], env=env, cwd=ROOT)
+    servers.append(front)
+    time.sleep(3)
+    results: dict[str, list[float]] = {"direct": [], "front": []}
+    p99: dict[str, list[float]] = {"direct": [], "front": []}
+    cpu: list[float] = []
+
+    async def rounds(port: int, count: int) -> list[float]:
+        async with websockets.connect(f"ws://{HOST}:{port}/ws", compression=None) as ws:
+            for _ in range(200):
+                await ws.send("x" * 64)
+                await ws.recv()
+            times = []
+            for _ in range(count):
+                started = time.perf_counter()
+                await ws.send("x" * 64)
+                await ws.recv()
+                times.append(time.perf_counter() - started)
+            return sorted(times)
+
+    try:
+        for _ in range(args.rounds):
+            for name, port in (("direct", echo_port), ("front", front_port)):
+                before = cpu_seconds(front.pid)
+                times = asyncio.run(rounds(port, args.messages))
+                if name == "front":
+                    cpu.append((cpu_seconds(front.pid) - before) / (args.messages + 200) * 1e6)
+                results[name].append(1000 * times[len(times) // 2])
+                p99[name].append(1000 * times[int(len(times) * 0.99)])
+    finally:
+        for proc in servers:
+            proc.terminate()
+            proc.wait(10)
+    added = [f - d for d, f in zip(results["direct"], results["front"], strict=True)]
+    print(f"\nws: 64-byte text message round trips, {args.messages} per round (ms, median (range))")
+    print(f"  direct p50 {spread(results['direct'], '{:.3f}')}, p99 {spread(p99['direct'], '{:.3f}')}")
+    print(f"  front  p50 {spread(results['front'], '{:.3f}')}, p99 {spread(p99['front'], '{:.3f}')}")
+    print(f"  added  p50 {spread(added, '{:+.3f}')}; front CPU per message {spread(cpu, '{:.0f}')} us")
+
+
+def kill(args: argparse.Namespace) -> None:
+    times = []
+    with server(2) as (port, pid):
+        for _ in range(args.rounds):
+
+            async def once(victim: int) -> float:
+                conn = Conn(HOST, port)
+                while True:  # a session on worker 1 (a tagged id names its worker)
+                    sid = await new_session(conn)
+                    if sid.startswith("w1-"):
+                        break
+                await ping(conn, sid)
+                os.kill(victim, signal.SIGKILL)
+                killed = time.perf_counter()
+                while True:
+                    status, _, _ = await conn.request("POST", "/ping", b"", {"x-session-id": sid})
+                    if status == 410:
+                        return time.perf_counter() - killed
+
+            times.append(asyncio.run(once(worker_pid(pid, 1))) * 1000)
+
+            async def restarted() -> None:
+                conn = Conn(HOST, port)
+                while True:
+                    if b'"1":"ok"' in (await conn.request("GET", "/health"))[2].replace(b" ", b""):
+                        return
+                    await asyncio.sleep(0.2)
+
+            asyncio.run(restarted())
+    print(f"\nkill: SIGKILL of a worker to its session's first 410 at the front: {spread(times, '{:.1f}')} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("parts", nargs="*", default=["cpu", "hop", "ws", "kill"], choices=["cpu", "hop", "ws", "kill"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per load run")
+    parser.add_argument("--messages", type=int, default=3000, help="WebSocket round trips per round")
+    args = parser.parse_args()
+    print(f"logs: {LOGS}")
+    for part in args.parts:
+        {"cpu": cpu_bound, "hop": hop, "ws": websocket, "kill": kill}[part](args)
+
+
+if __name__ == "__main__":
+    main()
