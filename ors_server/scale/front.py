@@ -18,6 +18,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import httptools
 import websockets
 from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection
@@ -159,19 +160,23 @@ class Front:
                 return await self.refusals.busy(scope)(scope, receive, send)
             worker.in_flight += 1
             try:
-                reply = await self._upstream(worker).request(scope["method"], target, scope["headers"], body)
-            except WorkerUnreachable:
-                worker.in_flight -= 1
-                self.unreachable(worker)
-                if attempt == 0:
-                    continue  # a stateless request goes to another worker; a keyed one is now answered 410
-                return await self.refusals.busy(scope)(scope, receive, send)
-            try:
+                try:
+                    reply = await self._upstream(worker).request(scope["method"], target, scope["headers"], body)
+                except WorkerUnreachable:
+                    self.unreachable(worker)
+                    if attempt == 0:
+                        continue  # a stateless request goes to another worker; a keyed one is now answered 410
+                    return await self.refusals.busy(scope)(scope, receive, send)
+                except (OSError, httptools.HttpParserError):
+                    # The worker broke off or sent garbage before its reply began: as a proxy, 502.
+                    self.outcomes[str(worker.tag.index), "bad_gateway"] += 1
+                    bad = self.refusals.response(scope, 502, "The worker failed to answer")
+                    return await bad(scope, receive, send)
                 await self._relay(reply, receive, send)
                 self.outcomes[str(worker.tag.index), "ok"] += 1
+                return
             finally:
                 worker.in_flight -= 1
-            return
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope["headers"]:
