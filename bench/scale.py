@@ -5,6 +5,7 @@
   hop    the front's cost for cheap calls at concurrency 1: p50/p99 of `POST /ping` and of a no-op SSE `/call`,
          direct (one server process) vs through the front (`--workers 1`), and the front's CPU per request
   ws     WebSocket message round trip: an echo server direct vs through the front, and the front's CPU per message
+  openenv  OpenEnv WebSocket `state` frames on one socket, direct vs through the front, and the front's CPU per frame
   kill   time from SIGKILL of a worker to its session's first 410 at the front
 
 Contenders are interleaved round by round and medians shown with ranges: the machine is shared and noisy.
@@ -267,6 +268,44 @@ def websocket(args: argparse.Namespace) -> None:
     print(f"  added  p50 {spread(added, '{:+.3f}')}; front CPU per message {spread(cpu, '{:.0f}')} us")
 
 
+def openenv(args: argparse.Namespace) -> None:
+    import websockets
+
+    results: dict[str, list[float]] = {"direct": [], "front": []}
+    p99: dict[str, list[float]] = {"direct": [], "front": []}
+    cpu: list[float] = []
+
+    async def frames(port: int, count: int, pid: int, through_front: bool) -> list[float]:
+        async with websockets.connect(f"ws://{HOST}:{port}/openenv/burn/ws", compression=None) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {}}))
+            await ws.recv()
+            for _ in range(200):
+                await ws.send('{"type": "state"}')
+                await ws.recv()
+            before = cpu_seconds(pid)
+            times = []
+            for _ in range(count):
+                started = time.perf_counter()
+                await ws.send('{"type": "state"}')
+                await ws.recv()
+                times.append(time.perf_counter() - started)
+            if through_front:
+                cpu.append((cpu_seconds(pid) - before) / count * 1e6)
+            return sorted(times)
+
+    for _ in range(args.rounds):
+        for name, workers in (("direct", None), ("front", 1)):
+            with server(workers) as (port, pid):
+                times = asyncio.run(frames(port, args.messages, pid, workers is not None))
+            results[name].append(1000 * times[len(times) // 2])
+            p99[name].append(1000 * times[int(len(times) * 0.99)])
+    added = [f - d for d, f in zip(results["direct"], results["front"], strict=True)]
+    print(f"\nopenenv: WebSocket `state` frames on one socket, {args.messages} per round (ms, median (range))")
+    print(f"  direct p50 {spread(results['direct'], '{:.3f}')}, p99 {spread(p99['direct'], '{:.3f}')}")
+    print(f"  front  p50 {spread(results['front'], '{:.3f}')}, p99 {spread(p99['front'], '{:.3f}')}")
+    print(f"  added  p50 {spread(added, '{:+.3f}')}; front CPU per frame {spread(cpu, '{:.0f}')} us")
+
+
 def kill(args: argparse.Namespace) -> None:
     times = []
     with server(2) as (port, pid):
@@ -301,14 +340,15 @@ def kill(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("parts", nargs="*", default=["cpu", "hop", "ws", "kill"], choices=["cpu", "hop", "ws", "kill"])
+    parts = ["cpu", "hop", "ws", "openenv", "kill"]
+    parser.add_argument("parts", nargs="*", default=parts, choices=parts)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per load run")
     parser.add_argument("--messages", type=int, default=3000, help="WebSocket round trips per round")
     args = parser.parse_args()
     print(f"logs: {LOGS}")
     for part in args.parts:
-        {"cpu": cpu_bound, "hop": hop, "ws": websocket, "kill": kill}[part](args)
+        {"cpu": cpu_bound, "hop": hop, "ws": websocket, "openenv": openenv, "kill": kill}[part](args)
 
 
 if __name__ == "__main__":
