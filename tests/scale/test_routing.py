@@ -1,0 +1,95 @@
+"""The routing rule in isolation: tagged ids, slots, key extraction, the worker table and merged metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ors_server.scale import metrics
+from ors_server.scale.ids import SLOTS, WorkerTag, mint, slot_of, split
+from ors_server.scale.keys import header_key, read_initialize
+from ors_server.scale.table import Address, Lost, State, Unavailable, Worker, WorkerTable
+from ors_server.settings import Settings
+
+
+def http(headers: dict[str, str], kind: str = "http", query: bytes = b"") -> dict:
+    raw = [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+    return {"type": kind, "headers": raw, "query_string": query, "method": "POST", "path": "/mcp"}
+
+
+def test_a_minted_id_names_its_worker_and_a_look_alike_without_the_check_does_not():
+    tag = WorkerTag(3, 17)
+    sid = tag.mint()
+    assert split(sid) == (tag, sid.split(":", 1)[1])
+    assert mint("w3-17").startswith("w3-17-") and mint(None).count("-") == 4  # a plain uuid4 off a front
+    forged = "w3-17-" + ("00" if sid[6:8] != "00" else "01") + sid[8:]
+    assert split(forged) is None
+    assert split("w1-2-zz:abc") is None and split("rollout-7") is None
+    assert Settings(worker_tag="w0-1").worker_tag == "w0-1"
+    with pytest.raises(ValueError, match="worker tag"):
+        Settings(worker_tag="worker one")
+
+
+def test_client_chosen_ids_hash_to_stable_slots_spread_over_the_table():
+    assert slot_of("rollout-1") == slot_of("rollout-1") < SLOTS
+    owners = [slot_of(f"rollout-{i}") % 4 for i in range(4000)]
+    assert all(800 < owners.count(worker) < 1200 for worker in range(4))
+
+
+def test_the_key_is_x_session_id_then_mcp_session_id_then_a_websockets_query():
+    assert header_key(http({"mcp-session-id": "m", "X-Session-ID": " x "})) == "x"
+    assert header_key(http({"mcp-session-id": "m"})) == "m"
+    assert header_key(http({}, "websocket", b"a=1&session_id=s")) == "s"
+    assert header_key(http({}, "http", b"session_id=s")) is None  # only a WebSocket's query names a session
+    assert header_key(http({"X-Session-ID": "  "})) is None
+
+
+def test_only_an_initialize_is_read_for_its_eval_protocol_session_id():
+    extra = {"params": {"clientInfo": {"name": "ep", "_extra": {"session_id": "row-9"}}}}
+    assert read_initialize(json.dumps({"method": "initialize", **extra}).encode()) == (True, "row-9")
+    assert read_initialize(json.dumps({"method": "initialize", "params": {}}).encode()) == (True, None)
+    assert read_initialize(json.dumps({"method": "tools/call", **extra}).encode()) == (False, None)
+    assert read_initialize(b"[" * 100_000) == (False, None)
+    assert read_initialize(b"not json") == (False, None)
+
+
+def test_the_table_loses_ids_of_dead_incarnations_and_holds_hashed_keys_while_their_worker_restarts():
+    table = WorkerTable(2)
+    first = [Worker(WorkerTag(i, 1), Address(uds=f"/w{i}")) for i in range(2)]
+    for worker in first:
+        table.put(worker)
+    minted = first[1].tag.mint()
+    assert table.owner(minted) is first[1]
+    hashed = next(f"k{i}" for i in range(100) if slot_of(f"k{i}") % 2 == 1)
+    assert table.owner(hashed) is first[1]
+
+    assert table.mark(first[1].tag, State.DEAD)
+    with pytest.raises(Lost):
+        table.owner(minted)
+    with pytest.raises(Unavailable):
+        table.owner(hashed)
+    assert {table.place() for _ in range(4)} == {first[0]}  # new sessions only on live workers
+
+    reborn = Worker(WorkerTag(1, 2), Address(uds="/w1b"))
+    table.put(reborn)
+    with pytest.raises(Lost):
+        table.owner(minted)  # the old incarnation's ids never reach the new worker
+    assert table.owner(hashed) is reborn
+    assert {table.place() for _ in range(4)} == {first[0], reborn}
+    assert not table.mark(first[1].tag, State.LIVE)  # a stale incarnation cannot be revived
+
+
+def test_merged_metrics_label_every_sample_with_its_worker_and_stay_valid_prometheus_text():
+    scrape = (
+        "# HELP ors_live_sessions Sessions alive now\n# TYPE ors_live_sessions gauge\n"
+        'ors_live_sessions{env="math"} 3.0\n'
+        "# HELP ors_up Up\n# TYPE ors_up gauge\nors_up 1.0\n"
+    )
+    text = metrics.merge({"0": scrape, "1": scrape.replace("3.0", "5.0")})
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    live = {(s.labels["worker"], s.labels["env"]): s.value for s in families["ors_live_sessions"].samples}
+    assert live == {("0", "math"): 3.0, ("1", "math"): 5.0}
+    assert [s.labels for s in families["ors_up"].samples] == [{"worker": "0"}, {"worker": "1"}]
+    assert text.count("# TYPE ors_live_sessions gauge") == 1

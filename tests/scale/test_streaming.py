@@ -1,0 +1,30 @@
+"""SSE through the front is a stream: events reach the client as the worker sends them, not at the end."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.scale.deployment import deployment
+
+
+def test_an_sse_call_streams_its_task_id_through_the_front_before_the_tool_has_answered(tmp_path):
+    gate = tmp_path / "gate"
+    env = {"ORS_GATE_FILE": str(gate)}
+    with deployment(tmp_path, "--env", "tests.scale.scale_envs:Gated", "--log-level", "warning", env=env) as front:
+        with httpx.Client(base_url=front.url, timeout=30) as client:
+            sid = client.post("/create_session").json()["sid"]
+            created = client.post("/create", json={"task_spec": {}}, headers={"X-Session-ID": sid})
+            assert created.status_code == 200, created.text
+            headers = {"X-Session-ID": sid, "Accept": "text/event-stream"}
+            with client.stream("POST", "/call", json={"name": "wait", "input": {}}, headers=headers) as answer:
+                assert answer.headers["content-type"].startswith("text/event-stream")
+                received = b""
+                chunks = answer.iter_raw()
+                while b"\r\n\r\n" not in received:
+                    received += next(chunks)
+                # The first event is through while the tool is still waiting on the gate.
+                assert received.startswith(b"event: task_id") and not gate.exists()
+                gate.touch()
+                received += b"".join(chunks)
+    # Had the front held the stream back, the tool would have timed out before the test saw its first event.
+    assert b"through" in received and b"event: end" in received
