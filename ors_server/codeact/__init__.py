@@ -5,7 +5,14 @@
 """
 
 from ors_server.codeact.executor import Limits, StepResult, ToolCallFailed, ToolSpec, run_step
-from ors_server.codeact.sandbox import SANDBOX_ENV, SandboxMode, SandboxUnavailable, check_sandbox, sandbox_mode
+from ors_server.codeact.sandbox import (
+    SANDBOX_ENV,
+    SandboxMode,
+    SandboxUnavailable,
+    bwrap_problem,
+    check_sandbox,
+    sandbox_mode,
+)
 
 __all__ = [
     "SANDBOX_ENV",
@@ -15,6 +22,7 @@ __all__ = [
     "StepResult",
     "ToolCallFailed",
     "ToolSpec",
+    "bwrap_problem",
     "check_sandbox",
     "run_step",
     "sandbox_mode",

@@ -17,11 +17,14 @@ user does. It exists for machines without bubblewrap, and the server says so lou
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
 import struct
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,11 +49,31 @@ def sandbox_mode(value: str | None = None) -> SandboxMode:
 
 def check_sandbox(mode: SandboxMode) -> None:
     """Raise SandboxUnavailable with what to do when `mode` cannot run here."""
-    if mode == "bwrap" and shutil.which("bwrap") is None:
+    problem = bwrap_problem() if mode == "bwrap" else None
+    if problem is not None:
         raise SandboxUnavailable(
-            "CodeAct runs agent code under bubblewrap, which is not installed (apt-get install bubblewrap). "
+            f"CodeAct runs agent code under bubblewrap, which cannot run here: {problem}. "
             f"To run agent code without a sandbox anyway, set {SANDBOX_ENV}=none."
         )
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot start a step here, or None when it can. Runs it once, with the steps' own flags:
+    bwrap can be installed and still be refused by the kernel (no unprivileged user namespaces, seccomp)."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed (apt-get install bubblewrap)"
+    with tempfile.TemporaryDirectory() as workdir:
+        started = launch("bwrap", "pass", workdir, None)
+        try:
+            done = subprocess.run(
+                started.argv, env=started.env, cwd=started.cwd, capture_output=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bwrap did not run: {exc}"
+    if done.returncode != 0:
+        return f"bwrap exited with {done.returncode}: {done.stderr.decode(errors='replace').strip()[:300]}"
+    return None
 
 
 def python_executable() -> str:
@@ -144,8 +167,7 @@ def launch(mode: SandboxMode, program: str, workdir: str, seccomp_fd: int | None
         return Launch(command, {**clean_env, "HOME": workdir, "TMPDIR": workdir}, workdir)
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        check_sandbox(mode)
-        raise AssertionError("unreachable")
+        raise SandboxUnavailable("bwrap is not installed (apt-get install bubblewrap)")
     argv = [
         bwrap,
         *("--unshare-all", "--unshare-user", "--uid", NOBODY, "--gid", NOBODY, "--disable-userns"),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,12 +15,13 @@ import anyio
 import httpx
 import pytest
 
+from ors_server.codeact import bwrap_problem
 from tests.faces.mcp_helpers import Counter, call, mcp_client, raw_initialize, server, text
 from tests.ors_envs import call_result, parse_sse
 
 pytestmark = pytest.mark.anyio
 
-SANDBOX = "bwrap" if shutil.which("bwrap") else "none"
+SANDBOX = "bwrap" if bwrap_problem() is None else "none"
 SERVER_SECRET = "server-only-secret-93f1"
 CLIENT_SECRET = "client-token-5be2"
 

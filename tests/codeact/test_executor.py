@@ -6,17 +6,17 @@ a recording callback. Through the session core and the faces, see `test_execute_
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import anyio
 import pytest
 
-from ors_server.codeact import Limits, SandboxUnavailable, StepResult, ToolCallFailed, ToolSpec, run_step
+from ors_server.codeact import Limits, SandboxUnavailable, StepResult, ToolCallFailed, ToolSpec, bwrap_problem, run_step
 
 pytestmark = pytest.mark.anyio
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")
+BWRAP_PROBLEM = bwrap_problem()
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"bubblewrap cannot run here: {BWRAP_PROBLEM}")
 SECRET = "s3cret-server-value-7f1e"
 TOOLS = [ToolSpec("move", "Move one step.", ["action"]), ToolSpec("fail", "Always fails.")]
 LIMITS = Limits(timeout=10)
@@ -232,7 +232,7 @@ async def test_steps_run_concurrently_and_a_hung_one_holds_up_no_other(sandbox: 
     assert results["hung"].error is not None and results["hung"].error.startswith("TimeoutError")
 
 
-async def test_an_unavailable_sandbox_is_a_plain_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
+@pytest.mark.usefixtures("no_bwrap")
+async def test_an_unavailable_sandbox_is_a_plain_error() -> None:
     with pytest.raises(SandboxUnavailable, match="ORS_CODEACT_SANDBOX=none"):
         await step("1")
