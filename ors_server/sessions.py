@@ -567,9 +567,10 @@ class SessionStore:
             if env is not None:
                 # Give a running call a moment to finish; a hung one must not hold the ending, and teardown is
                 # what stops it (a sandbox kills its processes).
-                with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
-                    async with episode.lock:
-                        pass
+                if episode.lock.locked():
+                    with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
+                        async with episode.lock:
+                            pass
                 try:
                     with anyio.fail_after(self.settings.teardown_timeout):
                         await run_user_code(env.teardown, limiter=self.limiters["lifecycle"])
