@@ -343,7 +343,11 @@ class Front:
         async def fetch(worker: Worker) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
             try:
                 reply = await self._upstream(worker).request("GET", path, scope["headers"], b"")
-                chunks = [chunk async for chunk in reply.body()]
+                try:
+                    chunks = [chunk async for chunk in reply.body()]
+                except BaseException:  # SCRAPE_TIMEOUT mid-body too: close the connection, never leave it open
+                    reply.close()
+                    raise
             except WorkerUnreachable:
                 self.unreachable(worker)
                 return None

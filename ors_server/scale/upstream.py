@@ -174,13 +174,16 @@ class Upstream:
                 return await connection.exchange(head, body, head_only)
             except (OSError, EOFError):
                 connection.close()
+            except BaseException:  # cancelled (a probe's or a scrape's timeout) mid-exchange: never pooled again
+                connection.close()
+                raise
         connection = await self._connect()
         try:
             return await connection.exchange(head, body, head_only)
         except (OSError, EOFError) as exc:
             connection.close()
             raise WorkerUnreachable(f"{self.address}: {exc}") from exc
-        except httptools.HttpParserError:
+        except BaseException:  # a parser error, or cancelled (a timeout) before the reply: the socket is closed
             connection.close()
             raise
 
