@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -159,6 +160,14 @@ def _parser() -> argparse.ArgumentParser:
         help="serve from N worker processes behind a session-routing front (--max-sessions is split over them)",
     )
     serve.add_argument(
+        "--fronts",
+        type=int,
+        default=1,
+        metavar="M",
+        help="with --workers: M front processes share the port (the front's CPU per request is the first "
+        "limit on one host); each follows the same worker table",
+    )
+    serve.add_argument(
         "--ray",
         nargs="?",
         const="",
@@ -232,6 +241,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         _check_codeact(settings)
     if args.workers is not None and args.workers < 1:
         raise SystemExit("ors-server: --workers must be at least 1")
+    if args.fronts < 1:
+        raise SystemExit("ors-server: --fronts must be at least 1")
+    if args.fronts > 1 and (args.workers is None or args.ray is not None):
+        raise SystemExit("ors-server: --fronts needs --workers N (with --ray, start one front per node instead)")
+    if args.fronts > 1 and not hasattr(socket, "SO_REUSEPORT"):
+        raise SystemExit("ors-server: --fronts needs SO_REUSEPORT, which this platform lacks")
     if args.ray is not None:
         if args.workers is None:
             raise SystemExit("ors-server: --ray needs --workers N")
@@ -244,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.workers is not None:
         from ors_server.scale import local
 
-        local.serve(args.env, settings, args.workers)
+        local.serve(args.env, settings, args.workers, args.fronts)
         return
     Server(environments, settings).run()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -57,8 +58,10 @@ class Front:
         max_body_bytes: int,
         lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
         on_unreachable: Callable[[Worker], None] | None = None,
+        name: str = "0",
     ) -> None:
         self.table = table
+        self.name = name  # which front of the deployment this is (`--fronts M`: 0..M-1)
         self.refusals = refusals
         self.max_body_bytes = max_body_bytes
         self.lifespan = lifespan
@@ -388,7 +391,12 @@ class Front:
         await send({"type": "http.response.body", "body": body})
 
     def _own_metrics(self) -> str:
+        # Several fronts may share the port: the front counters below are this front's own (the one that
+        # accepted the scrape's connection), named by `ors_front_info`.
         lines = [
+            "# HELP ors_front_info The front process that answered this scrape",
+            "# TYPE ors_front_info gauge",
+            f'ors_front_info{{front="{self.name}",pid="{os.getpid()}"}} 1',
             "# HELP ors_front_requests_total Requests the front routed, by worker and outcome",
             "# TYPE ors_front_requests_total counter",
         ]

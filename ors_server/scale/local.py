@@ -1,4 +1,4 @@
-"""`ors-server serve --workers N`: N worker processes on this host behind one front.
+"""`ors-server serve --workers N`: N worker processes on this host behind one front (more: `fronts`).
 
 The supervisor starts each worker (the unchanged server on its own Unix socket), watches it, and keeps
 the front's worker table current: a worker that exits is marked dead at once (its sessions answer 410
@@ -184,22 +184,10 @@ class _FrontServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(envs: Sequence[str], settings: Settings, count: int) -> None:
-    """Serve `envs` from `count` worker processes behind a front on `settings.host:settings.port`."""
-    from ors_server.cli import resolve_environments
-
-    configure_logging(settings.log_level)
-    table = WorkerTable(count)
-    workers = LocalWorkers(envs, settings, table)
-    refusals = Refusals(resolve_environments(envs), settings)
-    front = Front(
-        table,
-        refusals,
-        max_body_bytes=settings.max_body_bytes,
-        lifespan=workers.run,
-        on_unreachable=workers.unreachable,
-    )
-    config = uvicorn.Config(
+def front_config(front: Front, settings: Settings, refusals: Refusals) -> uvicorn.Config:
+    """The uvicorn config a local front serves with (bound to `settings.host:settings.port`, unless it is
+    handed a listening socket)."""
+    return uvicorn.Config(
         front,
         host=settings.host,
         port=settings.port,
@@ -211,4 +199,28 @@ def serve(envs: Sequence[str], settings: Settings, count: int) -> None:
         date_header=False,
         timeout_graceful_shutdown=int(settings.shutdown_grace + settings.teardown_timeout) + 5,
     )
-    _FrontServer(config, workers).run()
+
+
+def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) -> None:
+    """Serve `envs` from `count` worker processes behind `fronts` fronts on `settings.host:settings.port`.
+
+    One front runs in this process; more run as processes of their own sharing the port (`fronts`)."""
+    from ors_server.cli import resolve_environments
+
+    if fronts > 1:
+        from ors_server.scale import fronts as front_processes
+
+        front_processes.serve(envs, settings, count, fronts)
+        return
+    configure_logging(settings.log_level)
+    table = WorkerTable(count)
+    workers = LocalWorkers(envs, settings, table)
+    refusals = Refusals(resolve_environments(envs), settings)
+    front = Front(
+        table,
+        refusals,
+        max_body_bytes=settings.max_body_bytes,
+        lifespan=workers.run,
+        on_unreachable=workers.unreachable,
+    )
+    _FrontServer(front_config(front, settings, refusals), workers).run()

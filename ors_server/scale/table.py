@@ -9,8 +9,10 @@ or re-placed by Ray) has no owner until it is back.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from ors_server.scale.ids import WorkerTag, slot_of, split
 
@@ -68,10 +70,16 @@ class WorkerTable:
         self.slots: list[Worker | None] = [None] * size
         self.version = 0
         self._turn = itertools.count()
+        self.listener: Callable[[], None] | None = None  # told of every change (the supervisor publishes it)
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self.listener is not None:
+            self.listener()
 
     def put(self, worker: Worker) -> None:
         self.slots[worker.tag.index] = worker
-        self.version += 1
+        self._changed()
 
     def mark(self, tag: WorkerTag, state: State) -> bool:
         """Set the state of incarnation `tag`, if it is still current; True if it changed."""
@@ -79,8 +87,32 @@ class WorkerTable:
         if worker is None or worker.tag != tag or worker.state is state:
             return False
         worker.state = state
-        self.version += 1
+        self._changed()
         return True
+
+    def rows(self) -> list[dict[str, Any] | None]:
+        """The table as JSON-ready rows (slot order), as a supervisor publishes it to its fronts."""
+        return [
+            None
+            if w is None
+            else {"tag": str(w.tag), "host": w.address.host, "port": w.address.port, "uds": w.address.uds}
+            | {"state": w.state.value}
+            for w in self.slots
+        ]
+
+    def apply(self, rows: Sequence[dict[str, Any] | None]) -> None:
+        """Follow a published table: a new incarnation replaces its slot's worker; a known one takes its new
+        state, except that this front's own verdict of death stands (its in-flight counts are kept)."""
+        for index, row in enumerate(rows[: self.size]):
+            if row is None:
+                continue
+            tag, state = WorkerTag.parse(row["tag"]), State(row["state"])
+            current = self.slots[index]
+            if current is not None and current.tag == tag:
+                if current.state is not State.DEAD:
+                    self.mark(tag, state)
+            else:
+                self.put(Worker(tag, Address(row["host"], row["port"], row.get("uds")), state))
 
     def workers(self) -> list[Worker]:
         return [w for w in self.slots if w is not None]

@@ -46,6 +46,20 @@ class Deployment:
                     pids[int(re.match(r"w(\d+)", tag)[1])] = int(child)  # type: ignore[index]
         return pids
 
+    def front_pids(self) -> dict[int, int]:
+        """Front index -> pid of the front processes of a `--fronts M` deployment (their spec names their index)."""
+        pids: dict[int, int] = {}
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        for child in children:
+            try:
+                environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            for entry in environ:
+                if entry.startswith(b"ORS_FRONT_SPEC="):
+                    pids[json.loads(entry.split(b"=", 1)[1])["index"]] = int(child)
+        return pids
+
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
 
@@ -63,14 +77,17 @@ def ids_on(worker: int, count: int, prefix: str, workers: int = 2) -> list[str]:
 
 
 @contextlib.contextmanager
-def deployment(tmp_path: Path, *args: str, workers: int = 2, env: dict[str, str] | None = None) -> Iterator[Deployment]:
-    """`ors-server serve --workers N *args` on a free port until the block ends; then SIGTERM, bounded."""
+def deployment(
+    tmp_path: Path, *args: str, workers: int = 2, fronts: int = 1, env: dict[str, str] | None = None
+) -> Iterator[Deployment]:
+    """`ors-server serve --workers N --fronts M *args` on a free port until the block ends; then SIGTERM, bounded."""
     port = free_port()
     log = tmp_path / f"front-{port}.log"
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     environment.pop("ORS_API_KEY", None)
     environment.update(env or {})
     command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--workers", str(workers)]
+    command += ["--fronts", str(fronts)] if fronts != 1 else []
     output: IO[bytes] = log.open("wb")
     process = subprocess.Popen([*command, *args], env=environment, stdout=output, stderr=subprocess.STDOUT)
     running = Deployment(f"http://127.0.0.1:{port}", process, log)

@@ -93,3 +93,34 @@ def test_merged_metrics_label_every_sample_with_its_worker_and_stay_valid_promet
     assert live == {("0", "math"): 3.0, ("1", "math"): 5.0}
     assert [s.labels for s in families["ors_up"].samples] == [{"worker": "0"}, {"worker": "1"}]
     assert text.count("# TYPE ors_live_sessions gauge") == 1
+
+
+def test_a_front_follows_a_published_table_and_its_own_verdict_of_death_stands():
+    supervisor, front = WorkerTable(2), WorkerTable(2)
+    changes: list[int] = []
+    supervisor.listener = lambda: changes.append(supervisor.version)
+    first, second = WorkerTag(0, 1), WorkerTag(1, 1)
+    supervisor.put(Worker(first, Address(uds="/tmp/w0-1.sock"), State.LIVE))
+    supervisor.put(Worker(second, Address(uds="/tmp/w1-1.sock"), State.LIVE))
+    assert changes == [1, 2]
+    front.apply(json.loads(json.dumps(supervisor.rows())))  # as sent on the control socket
+    assert [(w.tag, w.address, w.state) for w in front.workers()] == [
+        (first, Address(uds="/tmp/w0-1.sock"), State.LIVE),
+        (second, Address(uds="/tmp/w1-1.sock"), State.LIVE),
+    ]
+    front.owner(second.mint()).in_flight = 3
+    # The front finds worker 0 unreachable before the supervisor sees it exit: a stale row does not revive it.
+    front.mark(first, State.DEAD)
+    front.apply(supervisor.rows())
+    with pytest.raises(Lost):
+        front.owner(first.mint())
+    assert front.owner(second.mint()).in_flight == 3  # a known incarnation keeps this front's counts
+    # Its next incarnation replaces it; the old one's ids stay lost.
+    supervisor.mark(first, State.DEAD)
+    supervisor.put(Worker(WorkerTag(0, 2), Address(uds="/tmp/w0-2.sock"), State.STARTING))
+    supervisor.mark(WorkerTag(0, 2), State.LIVE)
+    front.apply(supervisor.rows())
+    assert front.owner(WorkerTag(0, 2).mint()).address == Address(uds="/tmp/w0-2.sock")
+    with pytest.raises(Lost):
+        front.owner(first.mint())
+    assert changes == [1, 2, 3, 4, 5]

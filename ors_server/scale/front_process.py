@@ -1,0 +1,96 @@
+"""One of `--fronts M` front processes, started by the local supervisor (`fronts.FrontGroup`).
+
+`python -m ors_server.scale.front_process` reads its spec (environments, settings, worker count, its index and
+two inherited file descriptors) as JSON from `ORS_FRONT_SPEC`; the API key, if any, comes from `ORS_API_KEY`.
+It accepts on the listening socket the supervisor bound (one of the port's SO_REUSEPORT group) and follows the
+worker table the supervisor publishes on its control socket: one JSON line per change. It writes back one
+line per worker it finds unreachable, so the supervisor replaces that process. The end of the control
+stream (the supervisor stops it, or is gone) makes the front finish its connections and exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+
+from ors_server.scale.front import Front
+from ors_server.scale.refusals import Refusals
+from ors_server.scale.table import Worker, WorkerTable
+from ors_server.server import configure_logging
+from ors_server.settings import Settings
+
+SPEC_VARIABLE = "ORS_FRONT_SPEC"
+LINE_LIMIT = 1 << 20
+
+logger = logging.getLogger("ors_server.front")
+
+
+class SupervisedTable:
+    """This front's copy of the supervisor's worker table, kept current from the control socket."""
+
+    def __init__(self, table: WorkerTable, control_fd: int) -> None:
+        self.table, self.control_fd = table, control_fd
+        self.server: uvicorn.Server | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[SupervisedTable]:
+        control = socket.socket(fileno=self.control_fd)
+        reader, self.writer = await asyncio.open_unix_connection(sock=control, limit=LINE_LIMIT)
+        first = await reader.readline()
+        if not first:
+            raise RuntimeError("the supervisor closed the control socket before sending the worker table")
+        self.table.apply(json.loads(first)["rows"])
+        follower = asyncio.ensure_future(self._follow(reader))
+        try:
+            yield self
+        finally:
+            follower.cancel()
+            self.writer.close()
+
+    async def _follow(self, reader: asyncio.StreamReader) -> None:
+        while line := await reader.readline():
+            self.table.apply(json.loads(line)["rows"])
+        # The supervisor is done with this front (the deployment stops) or is gone: finish and exit.
+        if self.server is not None:
+            self.server.should_exit = True
+
+    def unreachable(self, worker: Worker) -> None:
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.write(json.dumps({"unreachable": str(worker.tag)}).encode() + b"\n")
+
+
+def main() -> None:
+    from ors_server.cli import resolve_environments
+    from ors_server.scale.local import front_config
+
+    loaded = json.loads(os.environ[SPEC_VARIABLE])
+    values = loaded["settings"]
+    for name in ("envs", "allowed_hosts"):
+        values[name] = tuple(values[name])
+    settings = Settings.from_env(**values)
+    configure_logging(settings.log_level)
+    table = WorkerTable(loaded["workers"])
+    supervised = SupervisedTable(table, loaded["control_fd"])
+    refusals = Refusals(resolve_environments(loaded["envs"]), settings)
+    front = Front(
+        table,
+        refusals,
+        max_body_bytes=settings.max_body_bytes,
+        lifespan=supervised.run,
+        on_unreachable=supervised.unreachable,
+        name=str(loaded["index"]),
+    )
+    server = supervised.server = uvicorn.Server(front_config(front, settings, refusals))
+    server.run(sockets=[socket.socket(fileno=loaded["listen_fd"])])
+
+
+if __name__ == "__main__":
+    main()

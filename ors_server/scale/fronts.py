@@ -1,0 +1,219 @@
+"""`ors-server serve --workers N --fronts M`: M front processes share the port, one supervisor keeps them.
+
+The front costs CPU on every request (bench/scale.py: ~375-470 us each), so on one host one front process
+is the first limit; M fronts spread that cost over M cores.
+
+The port: the supervisor binds M listening sockets to it with SO_REUSEPORT, one per front slot, and hands
+each to its front process (an inherited file descriptor). The kernel spreads new connections over them by a
+hash of the connection, without waking every front for every connection (one socket shared by all would),
+and no other process can take the port over. The supervisor keeps every socket open, so a front that
+crashes loses no connection: those queued on its socket wait (about a restart's time) for its next process.
+
+The worker table: the supervisor alone starts and watches the workers; every change of its table (a worker
+live, draining, dead, a new incarnation) is published at once as one JSON line on each front's control socket
+(a socketpair), so every front answers a dead incarnation's ids 410 as soon as the supervisor sees its
+process exit. A front that finds a worker unreachable says so on the same socket; the supervisor then ends
+that process and starts the next incarnation, as with one front.
+
+Each front places new sessions by its own in-flight counts only (the fronts share no state); with the
+kernel spreading connections evenly, the placements of all fronts still spread over the workers.
+
+SIGTERM (or SIGINT) of the supervisor drains the deployment once: the workers drain as with one front while
+every front keeps relaying their replies; then each front's control socket is closed, and the front finishes
+its connections and exits. Front processes run in their own session, so a terminal's Ctrl-C reaches only
+the supervisor, which orders that shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from ors_server.scale import front_process
+from ors_server.scale.ids import WorkerTag
+from ors_server.scale.local import RESTART_BACKOFF, LocalWorkers
+from ors_server.scale.table import WorkerTable
+from ors_server.server import configure_logging
+from ors_server.settings import Settings
+
+logger = logging.getLogger("ors_server.fronts")
+
+
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+BACKLOG = 2048
+STEADY = 10.0  # a front that ran this long before exiting restarts at once, with no backoff
+
+
+def listeners(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` listening sockets on one address, in one SO_REUSEPORT group (port 0: the first one's port)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(address)
+            sock.listen(BACKLOG)
+            address = sock.getsockname()  # the port chosen for the first, when 0 was asked for
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+class FrontGroup:
+    """The front processes of a deployment, one per listening socket; each restarted when it exits."""
+
+    def __init__(
+        self, envs: Sequence[str], settings: Settings, table: WorkerTable, sockets: list[socket.socket]
+    ) -> None:
+        self.envs, self.settings, self.table, self.sockets = list(envs), settings, table, sockets
+        self.processes: dict[int, asyncio.subprocess.Process] = {}
+        self.channels: dict[int, asyncio.StreamWriter] = {}
+        self.on_unreachable: Any = None
+        self.stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _message(self) -> bytes:
+        return json.dumps({"version": self.table.version, "rows": self.table.rows()}).encode() + b"\n"
+
+    def publish(self) -> None:
+        """Send the current table to every front (called on every change of the table)."""
+        message = self._message()
+        for channel in self.channels.values():
+            if not channel.is_closing():
+                channel.write(message)
+
+    async def _spawn(self, index: int) -> asyncio.subprocess.Process:
+        ours, theirs = socket.socketpair()
+        listener = self.sockets[index]
+        fields = {k: v for k, v in asdict(self.settings).items() if k != "api_key"}
+        spec = {
+            "envs": self.envs,
+            "settings": fields,
+            "workers": self.table.size,
+            "index": index,
+            "listen_fd": listener.fileno(),
+            "control_fd": theirs.fileno(),
+        }
+        env = {**os.environ, front_process.SPEC_VARIABLE: json.dumps(spec)}
+        if self.settings.api_key:
+            env["ORS_API_KEY"] = self.settings.api_key
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "ors_server.scale.front_process",
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                pass_fds=(listener.fileno(), theirs.fileno()),
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        reader, writer = await asyncio.open_unix_connection(sock=ours, limit=front_process.LINE_LIMIT)
+        self.processes[index], self.channels[index] = process, writer
+        writer.write(self._message())
+        self._tasks.append(asyncio.ensure_future(self._listen(reader)))
+        logger.info("front %d (pid %d) accepting on %s", index, process.pid, listener.getsockname())
+        return process
+
+    async def _listen(self, reader: asyncio.StreamReader) -> None:
+        """A front's reports: workers it found unreachable."""
+        while line := await reader.readline():
+            tag = WorkerTag.parse(json.loads(line)["unreachable"])
+            worker = self.table.slots[tag.index] if tag.index < self.table.size else None
+            if worker is not None and worker.tag == tag and self.on_unreachable is not None:
+                self.on_unreachable(worker)
+
+    async def _watch(self, index: int, process: asyncio.subprocess.Process) -> None:
+        failures = 0
+        while True:
+            started = loop_time()
+            code = await process.wait()
+            channel = self.channels.pop(index, None)
+            if channel is not None:
+                channel.close()
+            if self.stopping:
+                return
+            logger.warning("front %d (pid %d) exited with %s: starting a new one", index, process.pid, code)
+            if loop_time() - started > STEADY:
+                failures = 0
+            while not self.stopping:
+                if failures:
+                    await asyncio.sleep(RESTART_BACKOFF[min(failures - 1, len(RESTART_BACKOFF) - 1)])
+                failures += 1
+                try:
+                    process = await self._spawn(index)
+                    break
+                except Exception:
+                    logger.exception("front %d failed to start", index)
+
+    async def start(self) -> None:
+        started = await asyncio.gather(*(self._spawn(index) for index in range(len(self.sockets))))
+        self._tasks += [asyncio.ensure_future(self._watch(i, p)) for i, p in enumerate(started)]
+
+    async def stop(self, patience: float) -> None:
+        """End of the control stream: each front finishes its connections and exits (killed past `patience`)."""
+        self.stopping = True
+        for channel in self.channels.values():
+            channel.close()
+        waits = [process.wait() for process in self.processes.values()]
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), patience)
+        except TimeoutError:
+            for process in self.processes.values():
+                if process.returncode is None:
+                    logger.error("front pid %d did not exit %.0f s after its stop: killed", process.pid, patience)
+                    process.kill()
+            await asyncio.gather(*(process.wait() for process in self.processes.values()))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for sock in self.sockets:
+            sock.close()
+
+
+async def _supervise(envs: Sequence[str], settings: Settings, count: int, sockets: list[socket.socket]) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    table = WorkerTable(count)
+    workers = LocalWorkers(envs, settings, table)
+    fronts = FrontGroup(envs, settings, table, sockets)
+    fronts.on_unreachable = workers.unreachable
+    table.listener = fronts.publish
+    try:
+        async with workers.run():
+            await fronts.start()
+            await stop.wait()
+            logger.info("stopping: the workers drain while the fronts relay their replies")
+            workers.drain()
+        # The workers are gone (drained, or killed past their patience): now the fronts.
+    finally:
+        # A front's uvicorn gives its open connections up to this long to finish, then closes them.
+        await fronts.stop(patience=settings.shutdown_grace + settings.teardown_timeout + 10.0)
+
+
+def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int) -> None:
+    """Serve `envs` from `count` worker processes behind `fronts` front processes sharing the port."""
+    configure_logging(settings.log_level)
+    sockets = listeners(settings.host, settings.port, fronts)
+    asyncio.run(_supervise(envs, settings, count, sockets))
