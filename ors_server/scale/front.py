@@ -67,6 +67,7 @@ class Front:
         self.lifespan = lifespan
         self.on_unreachable = on_unreachable
         self.upstreams: dict[Any, Upstream] = {}
+        self._pruned_at = table.version
         self.outcomes: Counter[tuple[str, str]] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -91,10 +92,21 @@ class Front:
             raise Lost(key) from None
 
     def _upstream(self, worker: Worker) -> Upstream:
+        if self.table.version != self._pruned_at:
+            self._forget_gone()
         upstream = self.upstreams.get(worker.tag)
         if upstream is None or upstream.address != worker.address:
             upstream = self.upstreams[worker.tag] = Upstream(worker.address)
         return upstream
+
+    def _forget_gone(self) -> None:
+        """Close the pooled connections of workers that are dead or replaced (however the table learnt it), so a
+        front does not keep idle sockets to every past incarnation."""
+        self._pruned_at = self.table.version
+        for tag in list(self.upstreams):
+            current = self.table.slots[tag.index] if tag.index < self.table.size else None
+            if current is None or current.tag != tag or current.state is State.DEAD:
+                self.upstreams.pop(tag).close()
 
     def unreachable(self, worker: Worker) -> None:
         """Nothing answers at `worker`'s address: it is dead; its sessions answer 410 from now on."""

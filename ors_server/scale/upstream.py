@@ -108,7 +108,7 @@ class _Connection:
         self.closed = False
 
     def release(self, reusable: bool) -> None:
-        if reusable and not self.closed and len(self.pool.idle) < IDLE_CONNECTIONS:
+        if reusable and not self.closed and not self.pool.closed and len(self.pool.idle) < IDLE_CONNECTIONS:
             self.pool.idle.append(self)
         else:
             self.close()
@@ -138,6 +138,7 @@ class Upstream:
     def __init__(self, address: Address) -> None:
         self.address = address
         self.idle: list[_Connection] = []
+        self.closed = False  # closed pools take no connection back (one in use when its worker died)
 
     async def _connect(self) -> _Connection:
         try:
@@ -188,6 +189,7 @@ class Upstream:
             raise
 
     def close(self) -> None:
+        self.closed = True
         while self.idle:
             self.idle.pop().close()
 
