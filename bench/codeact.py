@@ -23,9 +23,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import httpx
+import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 MOVES = ("LEFT", "UP")
 
@@ -60,7 +60,7 @@ def server() -> Iterator[str]:
 
 @contextlib.asynccontextmanager
 async def mcp_session(url: str) -> AsyncIterator[ClientSession]:
-    http = create_mcp_http_client()
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300))
     async with http, streamable_http_client(f"{url}/frozen_lake/mcp", http_client=http) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()

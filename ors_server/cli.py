@@ -39,6 +39,29 @@ def resolve_environments(names: Sequence[str]) -> list[type[Environment]]:
     return resolved
 
 
+# The `serve` flags that set one Settings field each: (field, type, metavar, help). The flag is the field's
+# name with dashes; its default is the field's.
+SETTING_FLAGS: list[tuple[str, type, str, str]] = [
+    ("session_timeout", float, "S", "idle seconds before reaping"),
+    ("max_sessions", int, "N", "live sessions at most; more get 503 with Retry-After"),
+    ("tool_timeout", float, "S", "seconds a tool call may run"),
+    ("tool_server_timeout", float, "S", "seconds a call to a composed MCP tool server may take"),
+    ("tool_server_start_timeout", float, "S", "seconds a composed MCP tool server may take to start and list tools"),
+    ("tool_threads", int, "N", "worker threads for sync tools"),
+    ("discovery_threads", int, "N", "worker threads for listing splits and tasks"),
+    ("lifecycle_threads", int, "N", "worker threads for setup, teardown, task_from_seed and prompt reads"),
+    ("max_body_bytes", int, "N", "largest request body"),
+    ("max_task_spec_bytes", int, "N", "largest task spec or MCP config a session may hold"),
+    ("max_replay_chars", int, "N", "finished call results kept for replay, in total"),
+    ("max_mcp_transports_per_session", int, "N", "MCP transports one session may have open"),
+    ("max_header_bytes", int, "N", "largest request head"),
+    ("header_timeout", float, "S", "seconds a client has to send a request's headers"),
+    ("body_timeout", float, "S", "seconds a client has to send a request's body"),
+    ("max_output_chars", int, "N", "largest tool result"),
+    ("codeact_timeout", float, "S", "wall-clock seconds one execute_code step may run"),
+]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ors-server", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -53,90 +76,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="serve this environment (a built-in name or module:Class); repeat for more; default: all built-ins",
     )
-    serve.add_argument(
-        "--session-timeout",
-        type=float,
-        default=Settings.session_timeout,
-        metavar="S",
-        help="idle seconds before reaping",
-    )
-    serve.add_argument("--max-sessions", type=int, default=Settings.max_sessions, metavar="N")
-    serve.add_argument(
-        "--tool-timeout", type=float, default=Settings.tool_timeout, metavar="S", help="seconds a tool call may run"
-    )
-    serve.add_argument(
-        "--tool-server-timeout",
-        type=float,
-        default=Settings.tool_server_timeout,
-        metavar="S",
-        help="seconds a call to a composed MCP tool server may take",
-    )
-    serve.add_argument(
-        "--tool-server-start-timeout",
-        type=float,
-        default=Settings.tool_server_start_timeout,
-        metavar="S",
-        help="seconds a composed MCP tool server may take to start and list its tools",
-    )
-    serve.add_argument(
-        "--tool-threads", type=int, default=Settings.tool_threads, metavar="N", help="worker threads for sync tools"
-    )
-    serve.add_argument(
-        "--discovery-threads",
-        type=int,
-        default=Settings.discovery_threads,
-        metavar="N",
-        help="worker threads for listing splits and tasks",
-    )
-    serve.add_argument(
-        "--lifecycle-threads",
-        type=int,
-        default=Settings.lifecycle_threads,
-        metavar="N",
-        help="worker threads for setup, teardown, task_from_seed and prompt reads",
-    )
-    serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes, metavar="N")
-    serve.add_argument(
-        "--max-task-spec-bytes",
-        type=int,
-        default=Settings.max_task_spec_bytes,
-        metavar="N",
-        help="largest task spec or MCP config a session may hold",
-    )
-    serve.add_argument(
-        "--max-replay-chars",
-        type=int,
-        default=Settings.max_replay_chars,
-        metavar="N",
-        help="finished call results kept for replay, in total",
-    )
-    serve.add_argument(
-        "--max-mcp-transports-per-session",
-        type=int,
-        default=Settings.max_mcp_transports_per_session,
-        metavar="N",
-        help="MCP transports one session may have open",
-    )
-    serve.add_argument(
-        "--max-header-bytes", type=int, default=Settings.max_header_bytes, metavar="N", help="largest request head"
-    )
-    serve.add_argument(
-        "--header-timeout",
-        type=float,
-        default=Settings.header_timeout,
-        metavar="S",
-        help="seconds a client has to send a request's headers",
-    )
-    serve.add_argument(
-        "--body-timeout",
-        type=float,
-        default=Settings.body_timeout,
-        metavar="S",
-        help="seconds a client has to send a request's body",
-    )
-    serve.add_argument(
-        "--max-output-chars", type=int, default=Settings.max_output_chars, metavar="N", help="largest tool result"
-    )
+    for name, kind, metavar, text in SETTING_FLAGS:
+        flag = "--" + name.replace("_", "-")
+        serve.add_argument(flag, dest=name, type=kind, default=getattr(Settings, name), metavar=metavar, help=text)
     serve.add_argument("--api-key", default=None, help="require this key (default: $ORS_API_KEY; none: open)")
     serve.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]")
     serve.add_argument(
@@ -144,13 +86,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="offer execute_code (Python that calls the tools) in every session; sandboxed with bwrap, "
         "or unsandboxed with ORS_CODEACT_SANDBOX=none",
-    )
-    serve.add_argument(
-        "--codeact-timeout",
-        type=float,
-        default=Settings.codeact_timeout,
-        metavar="S",
-        help="wall-clock seconds one execute_code step may run",
     )
     serve.add_argument(
         "--workers",
@@ -213,27 +148,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = Settings.from_env(
             host=args.host,
             port=args.port,
-            session_timeout=args.session_timeout,
-            max_sessions=args.max_sessions,
-            tool_timeout=args.tool_timeout,
-            tool_server_timeout=args.tool_server_timeout,
-            tool_server_start_timeout=args.tool_server_start_timeout,
-            tool_threads=args.tool_threads,
-            discovery_threads=args.discovery_threads,
-            lifecycle_threads=args.lifecycle_threads,
-            max_body_bytes=args.max_body_bytes,
-            max_task_spec_bytes=args.max_task_spec_bytes,
-            max_replay_chars=args.max_replay_chars,
-            max_mcp_transports_per_session=args.max_mcp_transports_per_session,
-            max_header_bytes=args.max_header_bytes,
-            header_timeout=args.header_timeout,
-            body_timeout=args.body_timeout,
-            max_output_chars=args.max_output_chars,
             api_key=args.api_key,
             allowed_hosts=tuple(args.allowed_host),
             log_level=args.log_level,
             codeact=args.codeact,
-            codeact_timeout=args.codeact_timeout,
+            **{name: getattr(args, name) for name, *_ in SETTING_FLAGS},
         )
     except ValueError as exc:
         raise SystemExit(f"ors-server: {exc}") from None

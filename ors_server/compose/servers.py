@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
+import httpx2
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*")
 """Letters, digits, '-' and single '_': the name prefixes its tools as `<name>__<tool>`, so no '__' in it."""
@@ -75,7 +75,8 @@ class HttpServer:
     @asynccontextmanager
     async def connect(self, errlog: TextIO | None = None) -> AsyncIterator[ClientSession]:
         """An initialized MCP client session (a transport session of the server)."""
-        http = create_mcp_http_client(headers=dict(self.headers))
+        # The client the SDK's transport takes (its own defaults: 30 s, and 300 s to read a held stream).
+        http = httpx2.AsyncClient(headers=dict(self.headers), timeout=httpx2.Timeout(30, read=300))
         async with http, streamable_http_client(self.url, http_client=http) as (read, write):
             async with ClientSession(read, write, client_info=CLIENT_INFO) as session:
                 await session.initialize()

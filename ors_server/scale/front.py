@@ -185,7 +185,7 @@ class Front:
                 except (OSError, httptools.HttpParserError):
                     # The worker broke off or sent garbage before its reply began: as a proxy, 502.
                     self.outcomes[str(worker.tag.index), "bad_gateway"] += 1
-                    bad = self.refusals.response(scope, 502, "The worker failed to answer")
+                    bad = self.refusals.worker_failed(scope)
                     return await bad(scope, receive, send)
                 await self._relay(reply, receive, send)
                 self.outcomes[str(worker.tag.index), "ok"] += 1

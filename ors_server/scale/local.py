@@ -185,8 +185,8 @@ class _FrontServer(uvicorn.Server):
 
 
 def front_config(front: Front, settings: Settings, refusals: Refusals) -> uvicorn.Config:
-    """The uvicorn config a local front serves with (bound to `settings.host:settings.port`, unless it is
-    handed a listening socket)."""
+    """The uvicorn config a front serves with, local or on Ray (bound to `settings.host:settings.port`, unless
+    it is handed a listening socket)."""
     return uvicorn.Config(
         front,
         host=settings.host,

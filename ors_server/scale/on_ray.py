@@ -24,9 +24,9 @@ import ray
 import uvicorn
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ors_server.http_limits import BoundedHttpToolsProtocol
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
+from ors_server.scale.local import front_config
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.server import configure_logging, uvicorn_config
@@ -298,18 +298,7 @@ def serve(
             on_unreachable=membership.unreachable,
         )
         membership.front = front
-        config = uvicorn.Config(
-            front,
-            host=settings.host,
-            port=settings.port,
-            http=BoundedHttpToolsProtocol.bounded_by(settings, refusals.faces),  # the front is what clients reach
-            log_level=settings.log_level,
-            timeout_keep_alive=60,
-            access_log=False,
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=int(settings.shutdown_grace + settings.teardown_timeout) + 5,
-        )
+        config = front_config(front, settings, refusals)
         _RayFrontServer(config, membership).run()
     finally:
         ray.shutdown()

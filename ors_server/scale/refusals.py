@@ -13,7 +13,7 @@ from starlette.types import Scope
 
 from ors_server.app import DEFAULT_FACE, FACES
 from ors_server.environment import Environment
-from ors_server.errors import Refused
+from ors_server.errors import OrsError, Refused, Unavailable
 from ors_server.faces import Core, FaceTable
 from ors_server.registry import Registry
 from ors_server.sessions import SessionStore
@@ -28,14 +28,17 @@ class Refusals:
         core = Core(Registry(environments), SessionStore(settings), settings)
         self.faces = FaceTable([make(core) for make in FACES], default=DEFAULT_FACE)
 
-    def response(self, scope: Scope, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-        return self.faces.of(scope).render_error(Refused(status, message, headers))
+    def response(self, scope: Scope, error: OrsError) -> Response:
+        return self.faces.of(scope).render_error(error)
 
     def lost(self, scope: Scope) -> Response:
-        return self.response(scope, 410, LOST)
+        return self.response(scope, Refused(410, LOST))
 
     def busy(self, scope: Scope) -> Response:
-        return self.response(scope, 503, BUSY, {"Retry-After": "1"})
+        return self.response(scope, Unavailable(BUSY))
+
+    def worker_failed(self, scope: Scope) -> Response:
+        return self.response(scope, Refused(502, "The worker failed to answer"))
 
     def too_large(self, scope: Scope, limit: int) -> Response:
-        return self.response(scope, 413, f"request body larger than {limit} bytes")
+        return self.response(scope, Refused(413, f"request body larger than {limit} bytes"))

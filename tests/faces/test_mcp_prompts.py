@@ -11,11 +11,10 @@ import httpx
 import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from ors_server import Environment, ImageBlock, TextBlock, ToolOutput, tool
-from tests.faces.mcp_helpers import Counter, mcp_client, server
+from tests.faces.mcp_helpers import Counter, mcp_client, mcp_http_client, server
 from tests.ors_envs import SlowSetup, gate
 
 pytestmark = pytest.mark.anyio
@@ -99,7 +98,7 @@ async def _initialize(url: str, http: httpx.AsyncClient) -> types.InitializeResu
 
 async def test_initialize_carries_the_task_as_instructions_for_an_episode_named_by_x_session_id() -> None:
     with server(Counter) as base:
-        http = create_mcp_http_client(headers={"X-Session-ID": "instructed"})
+        http = mcp_http_client(headers={"X-Session-ID": "instructed"})
         result = await _initialize(f"{base}/counter/mcp", http)
     assert result.instructions == "count from 0\nuse increment"
 
