@@ -746,8 +746,14 @@ class SessionStore:
         return name in session.env_cls.tools or any(t.name == name for t in self.catalogue.cached(session.env_cls))
 
     def _tool(self, session: Session, name: str) -> ToolDef | None:
-        """The tool `name` of a session (whose composed tools were listed when its episode was set up)."""
-        return next((t for t in self._tools(session.env_cls, session) if t.name == name), None)
+        """The tool `name` of a session (whose composed tools were listed when its episode was set up): the same
+        answer as a lookup in `_tools`, without building the list on every call."""
+        if name == EXECUTE_CODE_TOOL.name and self.codeact(session):
+            return EXECUTE_CODE_TOOL
+        own = session.env_cls.tools.get(name)
+        if own is not None:
+            return own
+        return next((t for t in self.catalogue.cached(session.env_cls) if t.name == name), None)
 
     def start_call(self, session: Session, name: str, arguments: Any) -> ToolCall:
         """Start a tool call in the background and return its handle (the call survives client disconnects)."""
@@ -784,7 +790,7 @@ class SessionStore:
                     result = await self._invoke(session, episode, call.name, arguments, call, started)
                     if call.done.is_set():
                         pass  # answered `timeout` already; what the overdue thread returned is dropped
-                    elif self._tool(session, call.name) is EXECUTE_CODE_TOOL and isinstance(result, ToolOutput):
+                    elif isinstance(result, ToolOutput) and self._tool(session, call.name) is EXECUTE_CODE_TOOL:
                         self._record_step(episode, result)
                     else:
                         self._record(episode, result)
