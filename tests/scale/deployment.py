@@ -9,7 +9,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import IO
 import httpx
 
 from ors_server.scale.ids import slot_of, split
+from tests.reliability.reliability_envs import mcp_open
 from tests.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,32 +36,26 @@ class Deployment:
 
     def worker_pids(self) -> dict[int, int]:
         """Worker slot -> pid of the live worker processes (read from /proc: their spec names their tag)."""
-        pids: dict[int, int] = {}
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
-        for child in children:
-            try:
-                environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            for entry in environ:
-                if entry.startswith(b"ORS_WORKER_SPEC="):
-                    tag = json.loads(entry.split(b"=", 1)[1])["settings"]["worker_tag"]
-                    pids[int(re.match(r"w(\d+)", tag)[1])] = int(child)  # type: ignore[index]
-        return pids
+        return {
+            int(re.match(r"w(\d+)", spec["settings"]["worker_tag"])[1]): pid  # type: ignore[index]
+            for pid, spec in self._child_specs("ORS_WORKER_SPEC")
+        }
 
     def front_pids(self) -> dict[int, int]:
         """Front index -> pid of the front processes of a `--fronts M` deployment (their spec names their index)."""
-        pids: dict[int, int] = {}
+        return {spec["index"]: pid for pid, spec in self._child_specs("ORS_FRONT_SPEC")}
+
+    def _child_specs(self, variable: str) -> Iterator[tuple[int, dict]]:
+        """(pid, spec) of each child process whose environment carries the JSON spec `variable`."""
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
         for child in children:
             try:
                 environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
             except OSError:
-                continue
+                continue  # it has just exited
             for entry in environ:
-                if entry.startswith(b"ORS_FRONT_SPEC="):
-                    pids[json.loads(entry.split(b"=", 1)[1])["index"]] = int(child)
-        return pids
+                if entry.startswith(variable.encode() + b"="):
+                    yield int(child), json.loads(entry.split(b"=", 1)[1])
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
@@ -123,3 +120,36 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.kill()
             process.wait(timeout=STOP_TIMEOUT)
             raise AssertionError("the deployment ignored SIGTERM") from None
+
+
+def journaled_sessions_with_naps(client: httpx.Client, url: str) -> tuple[list[str], dict[str, bytes], list]:
+    """At least four ORS sessions and one MCP session per worker of a 2-worker `Journaled` deployment, and a slow
+    `nap` call streaming on one session of each worker. Returns the session tags, the dict each call's body lands
+    in when it ends, and the callers' threads."""
+    tags: list[str] = []
+    while {owner(t) for t in tags} != {0, 1} or len(tags) < 4:
+        sid = client.post("/create_session").json()["sid"]
+        created = client.post("/create", json={"task_spec": {"tag": sid}}, headers={"X-Session-ID": sid})
+        assert created.status_code == 200, created.text
+        tags.append(sid)
+    for worker in (0, 1):
+        tag = ids_on(worker, 1, f"mcp-{uuid.uuid4().hex[:6]}")[0]
+        mcp_open(client, "/mcp/", {"session_id": tag, "config": {"task_spec": {"tag": tag}}})
+        tags.append(tag)
+    in_flight: dict[str, bytes] = {}
+    streaming = [threading.Event(), threading.Event()]
+    callers = []
+    for worker in (0, 1):
+        sid = next(t for t in tags if owner(t) == worker)
+
+        def nap(sid: str = sid, started: threading.Event = streaming[worker]) -> None:
+            headers = {"X-Session-ID": sid, "Accept": "text/event-stream"}
+            with httpx.Client(base_url=url, timeout=30) as caller:
+                with caller.stream("POST", "/call", json={"name": "nap", "input": {}}, headers=headers) as r:
+                    started.set()
+                    in_flight[sid] = r.read()
+
+        callers.append(threading.Thread(target=nap))
+        callers[-1].start()
+    assert all(event.wait(10) for event in streaming)
+    return tags, in_flight, callers

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,8 +17,7 @@ import pytest
 
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import call, raw_initialize
-from tests.reliability.reliability_envs import mcp_open
-from tests.scale.deployment import Deployment, deployment, ids_on, owner
+from tests.scale.deployment import Deployment, deployment, ids_on, journaled_sessions_with_naps, owner
 from tests.scale.test_workers import COUNTER, key, ors_session, sse_call
 
 pytestmark = pytest.mark.anyio
@@ -153,34 +151,9 @@ def test_sigterm_drains_every_session_once_and_leaves_no_front_behind(tmp_path: 
     journaled = "tests.reliability.reliability_envs:Journaled"
     with deployment(tmp_path, "--env", journaled, fronts=2, env=env) as running:
         front_pids = running.front_pids()
-        tags: list[str] = []
         with httpx.Client(base_url=running.url, timeout=30, headers=NEW_CONNECTION) as client:
-            while {owner(t) for t in tags} != {0, 1} or len(tags) < 4:
-                sid = client.post("/create_session").json()["sid"]
-                created = client.post("/create", json={"task_spec": {"tag": sid}}, headers={"X-Session-ID": sid})
-                assert created.status_code == 200, created.text
-                tags.append(sid)
-            for worker in (0, 1):
-                tag = ids_on(worker, 1, f"mcp-{uuid.uuid4().hex[:6]}")[0]
-                mcp_open(client, "/mcp/", {"session_id": tag, "config": {"task_spec": {"tag": tag}}})
-                tags.append(tag)
-        # A call in flight on each worker when the signal lands: relayed to its client while the workers drain.
-        in_flight: dict[str, bytes] = {}
-        streaming = [threading.Event(), threading.Event()]
-        callers = []
-        for worker in (0, 1):
-            sid = next(t for t in tags if owner(t) == worker)
-
-            def nap(sid: str = sid, started: threading.Event = streaming[worker]) -> None:
-                headers = {"X-Session-ID": sid, "Accept": "text/event-stream"}
-                with httpx.Client(base_url=running.url, timeout=30) as caller:
-                    with caller.stream("POST", "/call", json={"name": "nap", "input": {}}, headers=headers) as r:
-                        started.set()
-                        in_flight[sid] = r.read()
-
-            callers.append(threading.Thread(target=nap))
-            callers[-1].start()
-        assert all(event.wait(10) for event in streaming)
+            # A call in flight on each worker when the signal lands: relayed to its client while the workers drain.
+            tags, in_flight, callers = journaled_sessions_with_naps(client, running.url)
         running.process.send_signal(signal.SIGTERM)
         running.process.wait(timeout=GRACE + MARGIN)
         for caller in callers:
