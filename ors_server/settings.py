@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ors_server.scale.ids import WorkerTag
 
@@ -121,6 +122,18 @@ class Settings:
             WorkerTag.parse(self.worker_tag)
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as JSON values for another process of the deployment, without the API key (it travels in
+        that process's environment, never in a spec another process could read)."""
+        return {name: value for name, value in asdict(self).items() if name != "api_key"}
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> Settings:
+        """Settings sent by `to_json` (JSON lists back to tuples), the API key from the environment."""
+        return cls.from_env(
+            **{**values, "envs": tuple(values["envs"]), "allowed_hosts": tuple(values["allowed_hosts"])}
+        )
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

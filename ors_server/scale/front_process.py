@@ -72,10 +72,7 @@ def main() -> None:
     from ors_server.scale.local import front_config
 
     loaded = json.loads(os.environ[SPEC_VARIABLE])
-    values = loaded["settings"]
-    for name in ("envs", "allowed_hosts"):
-        values[name] = tuple(values[name])
-    settings = Settings.from_env(**values)
+    settings = Settings.from_json(loaded["settings"])
     configure_logging(settings.log_level)
     table = WorkerTable(loaded["workers"])
     supervised = SupervisedTable(table, loaded["control_fd"])

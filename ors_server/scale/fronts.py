@@ -34,10 +34,10 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from ors_server.scale import front_process
+from ors_server.scale.children import wait_or_kill
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.local import RESTART_BACKOFF, LocalWorkers
 from ors_server.scale.table import WorkerTable
@@ -103,10 +103,9 @@ class FrontGroup:
     async def _spawn(self, index: int) -> asyncio.subprocess.Process:
         ours, theirs = socket.socketpair()
         listener = self.sockets[index]
-        fields = {k: v for k, v in asdict(self.settings).items() if k != "api_key"}
         spec = {
             "envs": self.envs,
-            "settings": fields,
+            "settings": self.settings.to_json(),
             "workers": self.table.size,
             "index": index,
             "listen_fd": listener.fileno(),
@@ -174,15 +173,7 @@ class FrontGroup:
         self.stopping = True
         for channel in self.channels.values():
             channel.close()
-        waits = [process.wait() for process in self.processes.values()]
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), patience)
-        except TimeoutError:
-            for process in self.processes.values():
-                if process.returncode is None:
-                    logger.error("front pid %d did not exit %.0f s after its stop: killed", process.pid, patience)
-                    process.kill()
-            await asyncio.gather(*(process.wait() for process in self.processes.values()))
+        await wait_or_kill(self.processes.values(), patience, "front")
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

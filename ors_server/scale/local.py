@@ -27,6 +27,7 @@ import uvicorn
 
 from ors_server.http_limits import BoundedHttpToolsProtocol
 from ors_server.scale import worker as worker_main
+from ors_server.scale.children import wait_or_kill
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
@@ -157,14 +158,7 @@ class LocalWorkers:
             self.drain()
         # A worker needs its grace for calls in flight, then its teardowns; past that it is killed.
         patience = self.settings.shutdown_grace + self.settings.teardown_timeout + 5.0
-        waits = [process.wait() for process in self.processes.values()]
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), patience)
-        except TimeoutError:
-            for process in self.processes.values():
-                if process.returncode is None:
-                    logger.error("worker pid %d did not exit %.0f s after SIGTERM: killed", process.pid, patience)
-                    process.kill()
+        await wait_or_kill(self.processes.values(), patience, "worker")
         for watcher in self._watchers:
             watcher.cancel()
         await asyncio.gather(*self._watchers, return_exceptions=True)

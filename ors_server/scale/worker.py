@@ -12,8 +12,6 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
 
 from ors_server.app import create_app
 from ors_server.server import _Uvicorn, configure_logging, uvicorn_config
@@ -24,8 +22,7 @@ SPEC_VARIABLE = "ORS_WORKER_SPEC"
 
 def spec(envs: Sequence[str], settings: Settings, uds: str) -> str:
     """The JSON a worker process is started with (the API key is left out: it travels in the environment)."""
-    fields: dict[str, Any] = {k: v for k, v in asdict(settings).items() if k != "api_key"}
-    return json.dumps({"envs": list(envs), "settings": fields, "uds": uds})
+    return json.dumps({"envs": list(envs), "settings": settings.to_json(), "uds": uds})
 
 
 def _exit_with_parent() -> None:
@@ -44,10 +41,7 @@ def main() -> None:
     from ors_server.cli import resolve_environments
 
     loaded = json.loads(os.environ[SPEC_VARIABLE])
-    values = loaded["settings"]
-    for name in ("envs", "allowed_hosts"):
-        values[name] = tuple(values[name])
-    settings = Settings.from_env(**values)
+    settings = Settings.from_json(loaded["settings"])
     configure_logging(settings.log_level)
     app = create_app(resolve_environments(loaded["envs"]), settings)
     config = uvicorn_config(app, settings, uds=loaded["uds"])
