@@ -36,6 +36,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     arrived, so a long tool call or a long-lived keep-alive connection is not affected (idle keep-alive
     connections are uvicorn's `timeout_keep_alive`'s business). Our faces read a body as soon as its request
     starts, so the body clock measures the client, not the app.
+
+    Starting and stopping a clock only sets a deadline: a timer per request (two, with the body's) would cost
+    more than the rest of this class on the call path. One timer per connection checks the deadline; it is
+    never set further ahead than the shorter timeout, so it fires before any deadline set after it, and it
+    lapses when it finds no clock running.
     """
 
     max_header_bytes: ClassVar[int]
@@ -55,6 +60,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.awaiting_headers = True
         self.header_bytes = 0
         self.read_timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None
+        """When the running clock (`clock_part`, `clock_seconds`) runs out; None when no clock runs."""
+        self.clock_part = "headers"
+        self.clock_seconds = 0.0
         self.headers_seen = 0
         self.refused = False
 
@@ -76,14 +85,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._start_clock(self.header_timeout, "headers")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_clock()
+        self._cancel_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.refused:
             return  # lingering after a refusal: what the client still sends is dropped unread
         was_awaiting_headers, headers_seen = self.awaiting_headers, self.headers_seen
-        if was_awaiting_headers and self.read_timer is None:  # the first byte of a request on a kept-alive connection
+        if was_awaiting_headers and self.deadline is None:  # the first byte of a request on a kept-alive connection
             self._start_clock(self.header_timeout, "headers")
         super().data_received(data)
         if was_awaiting_headers and self.headers_seen == headers_seen and not self.refused:
@@ -94,7 +103,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._refuse_large_headers()
 
     def handle_websocket_upgrade(self) -> None:
-        self._stop_clock()  # the WebSocket protocol takes the connection over
+        self._cancel_timer()  # the WebSocket protocol takes the connection over
         super().handle_websocket_upgrade()
 
     # Parser callbacks.
@@ -127,16 +136,36 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # Refusals.
 
     def _start_clock(self, seconds: float, part: str) -> None:
-        self._stop_clock()
-        self.read_timer = self.loop.call_later(seconds, self._timed_out, seconds, part)
+        now = self.loop.time()
+        self.deadline, self.clock_part, self.clock_seconds = now + seconds, part, seconds
+        if self.read_timer is None:
+            self._arm(now)
 
     def _stop_clock(self) -> None:
+        self.deadline = None  # an armed timer lapses when it fires
+
+    def _arm(self, now: float) -> None:
+        assert self.deadline is not None
+        shortest = min(self.header_timeout, self.body_timeout)
+        self.read_timer = self.loop.call_at(min(self.deadline, now + shortest), self._check_clock)
+
+    def _cancel_timer(self) -> None:
+        self.deadline = None
         if self.read_timer is not None:
             self.read_timer.cancel()
             self.read_timer = None
 
-    def _timed_out(self, seconds: float, part: str) -> None:
+    def _check_clock(self) -> None:
         self.read_timer = None
+        if self.deadline is None:
+            return
+        now = self.loop.time()
+        if now < self.deadline:
+            return self._arm(now)
+        self.deadline = None
+        self._timed_out(self.clock_seconds, self.clock_part)
+
+    def _timed_out(self, seconds: float, part: str) -> None:
         if part == "headers" and self.header_bytes == 0 and not getattr(self, "url", b""):
             self.transport.close()  # nothing of a request arrived: there is no one to answer
             return

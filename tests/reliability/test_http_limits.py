@@ -132,3 +132,41 @@ def test_a_keep_alive_connection_serves_many_requests_each_within_the_timeouts(l
         while time.monotonic() < ended:
             assert client.get("/health").status_code == 200
             assert client.post("/create", json={"env_name": "nope"}, headers={"X-Session-ID": "ka"}).status_code == 422
+
+
+@pytest.fixture(scope="module")
+def uneven() -> Iterator[Live]:
+    # One timer per connection checks both clocks: a body clock must not fire at the (shorter) header timeout,
+    # and a header clock started right after a body's must not wait for the (longer) body timeout.
+    with live_server(max_header_bytes=32 * 1024, header_timeout=0.5, body_timeout=3.0) as server:
+        yield server
+
+
+def test_a_body_gets_the_body_timeout_even_when_the_header_timeout_is_shorter(uneven):
+    sock = connect(uneven)
+    with sock:
+        sock.sendall(
+            b"POST /create HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\nX-Session-ID: slow-body\r\n\r\n{"
+        )
+        started = time.monotonic()
+        status, body = status_and_body(read_until_closed(sock, deadline=20, trickle=b'"a": 1, '))
+    assert status == 408 and "body" in body["detail"]
+    assert time.monotonic() - started >= 2.9
+
+
+def test_the_next_request_on_a_connection_gets_the_header_timeout_not_the_body_timeout(uneven):
+    sock = connect(uneven)
+    with sock:
+        body = b'{"env_name": "nope"}'
+        sock.sendall(
+            b"POST /create HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Session-ID: ka\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 422 ")
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        started = time.monotonic()
+        response = read_until_closed(sock, deadline=20, trickle=b"X-Slow: " + b"a" * 1000)
+    assert response.startswith(b"HTTP/1.1 408 ")
+    assert time.monotonic() - started < 2.5, "the header clock waited for the body timeout"
