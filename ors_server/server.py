@@ -7,7 +7,9 @@ if __name__ == "__main__":
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
+import socket
 from collections.abc import Sequence
 from types import FrameType
 from typing import Any
@@ -71,12 +73,21 @@ def uvicorn_config(app: Starlette, settings: Settings, **options: Any) -> uvicor
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn, telling the store to stop admitting sessions the moment a shutdown signal arrives, so the
-    grace period for in-flight calls counts from the signal rather than from when connections have closed."""
+    """uvicorn for a server process: it tells the store to stop admitting sessions the moment a shutdown signal
+    arrives, so the grace period for in-flight calls counts from the signal rather than from when connections
+    have closed; and it takes what the process loaded at startup out of the garbage collector's sight."""
 
     def __init__(self, config: uvicorn.Config, store: SessionStore) -> None:
         super().__init__(config)
         self.store = store
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # Modules, schemas and the app (~100k objects) live as long as the process, yet every full collection
+        # walked them again: ~70 ms each, about half the collector's time on the call path. Frozen, they are
+        # skipped; the garbage among them goes first.
+        gc.collect()
+        gc.freeze()
+        await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.store.stop_admitting()

@@ -113,18 +113,41 @@ class ToolCrashed:
 CallResult = ToolOutput | ToolRejected | ToolCrashed
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class ToolCall:
-    """One call into a session, kept after it ends so a client can re-attach to it by id."""
+    """One call into a session, kept after it ends so a client can re-attach to it by id.
+
+    Finished calls are kept for `call_linger` seconds, thousands of them at a high call rate, so a kept call is
+    a few objects (its slots and its result): the garbage collector walks every one of them in each full
+    collection. The event that wakes waiters is made only if someone waits before the end, and dropped then.
+    """
 
     id: str
     name: str
-    done: anyio.Event = field(default_factory=anyio.Event)
+    episode: Episode
     result: CallResult | None = None
-    ended_at: float | None = None
+    ended_at: float = 0.0
+    size: int = 0
+    """The result's size as `max_replay_chars` counts it."""
+    _ended: anyio.Event | None = field(default=None, init=False, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    def end(self, result: CallResult) -> None:
+        self.result = result
+        self.ended_at = time.monotonic()
+        self.size = _result_chars(result)
+        if self._ended is not None:
+            self._ended.set()
+            self._ended = None
 
     async def wait(self) -> CallResult:
-        await self.done.wait()
+        if self.result is None:
+            if self._ended is None:
+                self._ended = anyio.Event()
+            await self._ended.wait()
         assert self.result is not None
         return self.result
 
@@ -157,8 +180,6 @@ class Episode:
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     calls: dict[str, ToolCall] = field(default_factory=dict)
-    ended_calls: deque[tuple[float, str]] = field(default_factory=deque)
-    """(end time, id) of finished calls, oldest first: what replay-by-id forgets after the linger."""
 
     @property
     def finished(self) -> bool:
@@ -307,8 +328,8 @@ class SessionStore:
         """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
         self.overdue_calls = 0
         """Timed-out sync tool calls whose threads still run."""
-        self._replayable: deque[tuple[float, ToolCall, Episode, int]] = deque()
-        """(end time, call, its episode, its result's size) of every finished call kept for replay, oldest first."""
+        self._replayable: deque[ToolCall] = deque()
+        """Every finished call kept for replay, oldest first."""
         self.replay_chars = 0
         """Their sizes summed: kept within `max_replay_chars`."""
         self.on_end: list[Callable[[Session, str], None]] = []
@@ -353,7 +374,7 @@ class SessionStore:
         # Drain: in-flight calls get what is left of the grace period to finish.
         with anyio.move_on_after(self._closing_since + self.settings.shutdown_grace - time.monotonic()):
             for call in [c for s in self._sessions.values() for c in s.episode.calls.values()]:
-                await call.done.wait()
+                await call.wait()
         # Tear down every session, concurrently, each exactly once.
         sessions = list(self._sessions.values())
         async with anyio.create_task_group() as task_group:
@@ -626,8 +647,6 @@ class SessionStore:
             for s in self._sessions.values()
             if s.last_active < deadline and s.running_calls == s.overdue_calls  # a hung thread is not activity
         ]
-        for session in self._sessions.values():
-            self._prune_calls(session.episode)
         self._forget_replays()
         for session_id in idle:
             await self.discard(session_id, "reaped")
@@ -758,8 +777,8 @@ class SessionStore:
     def start_call(self, session: Session, name: str, arguments: Any) -> ToolCall:
         """Start a tool call in the background and return its handle (the call survives client disconnects)."""
         episode = session.episode
-        self._prune_calls(episode)
-        call = ToolCall(uuid.uuid4().hex, name)
+        self._forget_replays()
+        call = ToolCall(uuid.uuid4().hex, name, episode)
         episode.calls[call.id] = call
         session.running_calls += 1
         session.touch()
@@ -770,14 +789,8 @@ class SessionStore:
         return await self.start_call(session, name, arguments).wait()
 
     def find_call(self, session: Session, call_id: str) -> ToolCall | None:
-        self._prune_calls(session.episode)
+        self._forget_replays()
         return session.episode.calls.get(call_id)
-
-    def _prune_calls(self, episode: Episode) -> None:
-        horizon = time.monotonic() - self.settings.call_linger
-        ended = episode.ended_calls
-        while ended and ended[0][0] < horizon:
-            episode.calls.pop(ended.popleft()[1], None)
 
     async def _run_call(self, session: Session, episode: Episode, call: ToolCall, arguments: Any) -> None:
         result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
@@ -788,7 +801,7 @@ class SessionStore:
             else:
                 try:
                     result = await self._invoke(session, episode, call.name, arguments, call, started)
-                    if call.done.is_set():
+                    if call.done:
                         pass  # answered `timeout` already; what the overdue thread returned is dropped
                     elif isinstance(result, ToolOutput) and self._tool(session, call.name) is EXECUTE_CODE_TOOL:
                         self._record_step(episode, result)
@@ -799,18 +812,14 @@ class SessionStore:
         finally:
             session.running_calls -= 1
             session.touch()
-            if not call.done.is_set():
+            if not call.done:
                 self._publish(session, episode, call, result, started)
 
     def _publish(self, session: Session, episode: Episode, call: ToolCall, result: CallResult, started: float) -> None:
-        call.result = result
-        call.ended_at = time.monotonic()
-        episode.ended_calls.append((call.ended_at, call.id))
-        size = _result_chars(result)
-        self._replayable.append((call.ended_at, call, episode, size))
-        self.replay_chars += size
+        call.end(result)
+        self._replayable.append(call)
+        self.replay_chars += call.size
         self._forget_replays()
-        call.done.set()
         self._count(session, call.name, result, call.ended_at - started)
 
     def _forget_replays(self) -> None:
@@ -818,11 +827,11 @@ class SessionStore:
         results kept for replay are bounded in total, whatever the number of sessions and clients."""
         horizon = time.monotonic() - self.settings.call_linger
         replayable = self._replayable
-        while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0][0] < horizon):
-            _, call, episode, size = replayable.popleft()
-            self.replay_chars -= size
-            if episode.calls.get(call.id) is call:
-                del episode.calls[call.id]  # a waiter holding the call still gets its result
+        while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0].ended_at < horizon):
+            call = replayable.popleft()
+            self.replay_chars -= call.size
+            if call.episode.calls.get(call.id) is call:
+                del call.episode.calls[call.id]  # a waiter holding the call still gets its result
 
     def _count(self, session: Session, name: str, result: CallResult, seconds: float) -> None:
         outcome = _outcome(result)
@@ -977,7 +986,7 @@ class SessionStore:
                         watch.cancel_scope.cancel()
             finally:
                 limiter.release_on_behalf_of(slot)
-        if call is not None and call.done.is_set():  # answered `timeout` already: the overdue thread ending
+        if call is not None and call.done:  # answered `timeout` already: the overdue thread ending
             episode.overdue -= 1
             session.overdue_calls -= 1
             self.overdue_calls -= 1

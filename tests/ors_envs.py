@@ -461,3 +461,17 @@ class Seeded(OneTask):
     def noop(self) -> ToolOutput:
         """Do nothing."""
         return ToolOutput(blocks=[TextBlock(text="noop")])
+
+
+class ProcessProbe(OneTask):
+    """Reports on the server process it runs in, for tests of what a server process does at startup."""
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text="probe the process")]
+
+    @tool
+    def frozen_objects(self) -> ToolOutput:
+        """How many objects the garbage collector was told to leave alone (`gc.freeze`)."""
+        import gc
+
+        return ToolOutput(blocks=[TextBlock(text=str(gc.get_freeze_count()))])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 
 import anyio
@@ -407,6 +408,25 @@ async def test_a_finished_call_can_be_found_by_id_until_call_linger_passes() -> 
         assert (await store.find_call(session, running.id).wait()) is result
         await eventually(lambda: store.find_call(session, running.id) is None)
         assert store.find_call(session, "0" * 32) is None
+
+
+async def test_a_finished_call_kept_for_replay_holds_few_objects_for_the_garbage_collector() -> None:
+    # Thousands of finished calls linger at a high call rate, and every full collection walks each of their
+    # objects: a kept call is its slots and its result (it used to carry two events and a deque as well).
+    store = SessionStore(settings(call_linger=60.0))
+    async with store.run():
+        session = await ready(store, "s")
+        for _ in range(50):  # warm: the first calls create caches of their own
+            await store.call(session, "noargs", {})
+        gc.collect()
+        before = len(gc.get_objects())
+        calls = 500
+        for _ in range(calls):
+            await store.call(session, "noargs", {})
+        gc.collect()
+        per_call = (len(gc.get_objects()) - before) / calls
+        assert len(session.episode.calls) == 550
+    assert per_call <= 8, per_call
 
 
 async def test_a_call_id_is_scoped_to_its_session() -> None:

@@ -315,7 +315,7 @@ async def call(request: Request) -> Response:
     keepalive = store.settings.sse_keepalive
     # Most calls end within milliseconds: answer those in one response, and stream only the slow ones.
     with anyio.move_on_after(min(FAST_ANSWER_WAIT, keepalive)):
-        await running.done.wait()
+        await running.wait()
     if running.result is not None:
         session.touch()
         return sse.complete([sse.event("task_id", running.id), *render_result(running.result)])
@@ -326,7 +326,7 @@ async def _stream_call(session: Session, running: ToolCall, keepalive: float) ->
     yield sse.event("task_id", running.id).encode()
     while running.result is None:
         with anyio.move_on_after(keepalive):
-            await running.done.wait()
+            await running.wait()
         if running.result is None:
             yield sse.keepalive()
     session.touch()
