@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
-from ors_server.faces import Core, Face, FaceTable, control, mcp, openenv, ors
+from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, mcp, openenv, ors
 from ors_server.guards import Guard
 from ors_server.hosts import AllowedHosts
 from ors_server.observability import Metrics, Observe
@@ -55,8 +55,7 @@ def create_app(
                     await stack.enter_async_context(face.lifespan())
             yield
 
-    routes = [route for face in faces_table.faces for route in face.routes]
-    routes.append(Route("/metrics", metrics.endpoint))
+    routes = [FaceRouter(faces_table, extra=[Route("/metrics", metrics.endpoint)])]
     middleware = [
         Middleware(Observe, metrics=metrics, faces=faces_table),
         Middleware(

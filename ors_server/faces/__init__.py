@@ -17,9 +17,9 @@ How to add a face
        sessions only through `core.store` (`open`, `get`, `get_ready`, `call`, `reset`, `read_prompt`,
        `initial_observation`, `discard`) and raise `OrsError`s; they never build error responses inline.
     2. Add one line, `<name>.face`, to `FACES` in `ors_server/app.py`.
-    That is all: the app mounts the routes, runs the lifespan, and the Guard and Observe middleware learn which
-    face a request belongs to from the face's routes (see `FaceTable`), so refusals come in the face's shape
-    and metrics carry its name.
+    That is all: the app runs the lifespan, and one table (`FaceTable`) learns which face a request belongs to
+    from the faces' routes: the app routes the request among that face's routes (`FaceRouter`), and the Guard
+    and Observe middleware render refusals in the face's shape and label metrics with its name.
 
     A face served under a prefix (for example `/openenv/{env}` and `/openenv`) declares a `Mount` for each
     prefix, with its HTTP and WebSocket routes inside. A `Mount` takes every path under its prefix, so
@@ -37,9 +37,10 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.datastructures import URLPath
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match
-from starlette.types import Scope
+from starlette.routing import BaseRoute, Match, NoMatchFound, Router
+from starlette.types import Receive, Scope, Send
 
 from ors_server.errors import OrsError
 from ors_server.registry import Registry
@@ -113,12 +114,52 @@ class FaceTable:
     def _match(self, scope: Scope) -> Face:
         # Routes match on the path alone apart from the method (PARTIAL), so a path's face does not depend on the
         # request's method, which is what makes remembering it by path sound.
+        found = self._first_match(scope)
+        path = scope["path"]
+        if found is None and scope["type"] == "http" and path != "/":
+            # As Starlette's router does: a path one slash away from a face's route is that face's, which
+            # redirects it there.
+            toggled = path.rstrip("/") if path.endswith("/") else path + "/"
+            found = self._first_match({**scope, "path": toggled})
+        return found or self.default
+
+    def _first_match(self, scope: Scope) -> Face | None:
         for face in self.faces:
             for route in face.routes:
                 match, _ = route.matches(scope)
                 if match is not Match.NONE:
                     return face
-        return self.default
+        return None
 
 
-__all__ = ["Core", "ErrorRenderer", "Face", "FaceTable"]
+class FaceRouter(BaseRoute):
+    """The app's one route: a request goes to its face (`FaceTable.of`, remembered by path), whose own router
+    tries that face's routes only; `extra` routes (such as `/metrics`) belong to the default face.
+
+    Starlette's router tries its routes one by one, a regular expression each: with every face's routes in one
+    list, a control-plane request was tried against forty. And so one table decides both which face a request
+    belongs to (for its errors and metrics) and which face serves it.
+    """
+
+    def __init__(self, table: FaceTable, extra: Sequence[BaseRoute] = ()) -> None:
+        self.table = table
+        self.routers = {
+            face.name: Router(routes=[*face.routes, *(extra if face is table.default else ())]) for face in table.faces
+        }
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        return Match.FULL, {}
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.routers[self.table.of(scope).name](scope, receive, send)
+
+    def url_path_for(self, name: str, /, **path_params: Any) -> URLPath:
+        for router in self.routers.values():
+            try:
+                return router.url_path_for(name, **path_params)
+            except NoMatchFound:
+                pass
+        raise NoMatchFound(name, path_params)
+
+
+__all__ = ["Core", "ErrorRenderer", "Face", "FaceRouter", "FaceTable"]

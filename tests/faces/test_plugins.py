@@ -121,6 +121,20 @@ def test_the_other_faces_keep_their_own_shapes(client):
     assert client.get("/no/such/path", headers=KEY).json() == {"detail": "Not Found"}
 
 
+def test_a_path_is_served_by_the_first_face_that_claims_it_and_answered_in_that_faces_shape(client):
+    # `/toy/mcp` also fits MCP's `/{env}/mcp`, but the toy face (first in the list) claims everything under
+    # `/toy`: the face that serves a request and the face whose shape its errors take are one and the same.
+    missing = client.post("/toy/mcp", json={}, headers=KEY)
+    assert missing.status_code == 404 and missing.json() == {"toy_error": "Not Found"}
+
+
+def test_a_path_one_slash_away_from_a_route_is_redirected_by_that_routes_face(client):
+    # As Starlette's router redirects them; the path itself names no face, its neighbour does.
+    for path, target in [("/control/reward/", "/control/reward"), ("/mathlike/prompt/", "/mathlike/prompt")]:
+        moved = client.get(path, headers=KEY, follow_redirects=False)
+        assert moved.status_code == 307 and moved.headers["location"].endswith(target), (path, moved.headers)
+
+
 def test_request_metrics_carry_the_face_name(client):
     client.get("/toy/hello", headers=KEY)
     metrics = client.get("/metrics", headers=KEY).text
