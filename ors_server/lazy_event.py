@@ -11,8 +11,8 @@ class LazyEvent:
     waits before the event is set, and dropped once it is.
 
     An `anyio.Event` is ~760 bytes (asyncio's event and its deque of waiters inside). Every session holds
-    events that nobody waits on once they are set (setup ended; the session ended), and so does every finished
-    call kept for replay: tens of thousands of idle sessions or calls, each a few objects lighter.
+    events that nobody waits on once they are set (setup ended; the session ended): a server holds tens of
+    thousands of idle sessions, each ~1.5 KB lighter for it.
     """
 
     __slots__ = ("_set", "_event")
