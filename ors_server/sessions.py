@@ -788,7 +788,6 @@ class SessionStore:
     def start_call(self, session: Session, name: str, arguments: Any) -> ToolCall:
         """Start a tool call in the background and return its handle (the call survives client disconnects)."""
         episode = session.episode
-        self._forget_replays()
         call = ToolCall(uuid.uuid4().hex, name, episode)
         episode.calls[call.id] = call
         session.running_calls += 1
@@ -800,7 +799,7 @@ class SessionStore:
         return await self.start_call(session, name, arguments).wait()
 
     def find_call(self, session: Session, call_id: str) -> ToolCall | None:
-        self._forget_replays()
+        self._forget_replays()  # every publish forgets too, but a lookup must not see past the linger in a lull
         return session.episode.calls.get(call_id)
 
     async def _run_call(self, session: Session, episode: Episode, call: ToolCall, arguments: Any) -> None:
