@@ -301,11 +301,18 @@ def websocket(args: argparse.Namespace) -> None:
         for proc in servers:
             proc.terminate()
             proc.wait(10)
-    added = [f - d for d, f in zip(results["direct"], results["front"], strict=True)]
-    print(f"\nws: 64-byte text message round trips, {args.messages} per round (ms, median (range))")
-    print(f"  direct p50 {spread(results['direct'], '{:.3f}')}, p99 {spread(p99['direct'], '{:.3f}')}")
-    print(f"  front  p50 {spread(results['front'], '{:.3f}')}, p99 {spread(p99['front'], '{:.3f}')}")
-    print(f"  added  p50 {spread(added, '{:+.3f}')}; front CPU per message {spread(cpu, '{:.0f}')} us")
+    report_added(f"ws: 64-byte text message round trips, {args.messages} per round", "message", results, p99, cpu)
+
+
+def report_added(
+    title: str, unit: str, p50: dict[str, list[float]], p99: dict[str, list[float]], cpu: list[float]
+) -> None:
+    """Latency direct and through the front (ms per round), what the front adds, and its CPU per `unit`."""
+    added = [f - d for d, f in zip(p50["direct"], p50["front"], strict=True)]
+    print(f"\n{title} (ms, median (range))")
+    print(f"  direct p50 {spread(p50['direct'], '{:.3f}')}, p99 {spread(p99['direct'], '{:.3f}')}")
+    print(f"  front  p50 {spread(p50['front'], '{:.3f}')}, p99 {spread(p99['front'], '{:.3f}')}")
+    print(f"  added  p50 {spread(added, '{:+.3f}')}; front CPU per {unit} {spread(cpu, '{:.0f}')} us")
 
 
 def openenv(args: argparse.Namespace) -> None:
@@ -339,11 +346,9 @@ def openenv(args: argparse.Namespace) -> None:
                 times = asyncio.run(frames(port, args.messages, pid, workers is not None))
             results[name].append(1000 * times[len(times) // 2])
             p99[name].append(1000 * times[int(len(times) * 0.99)])
-    added = [f - d for d, f in zip(results["direct"], results["front"], strict=True)]
-    print(f"\nopenenv: WebSocket `state` frames on one socket, {args.messages} per round (ms, median (range))")
-    print(f"  direct p50 {spread(results['direct'], '{:.3f}')}, p99 {spread(p99['direct'], '{:.3f}')}")
-    print(f"  front  p50 {spread(results['front'], '{:.3f}')}, p99 {spread(p99['front'], '{:.3f}')}")
-    print(f"  added  p50 {spread(added, '{:+.3f}')}; front CPU per frame {spread(cpu, '{:.0f}')} us")
+    report_added(
+        f"openenv: WebSocket `state` frames on one socket, {args.messages} per round", "frame", results, p99, cpu
+    )
 
 
 def kill(args: argparse.Namespace) -> None:
