@@ -236,8 +236,8 @@ class OtherEnv(Recording):
         return ToolOutput(blocks=[TextBlock(text=str(self.counter))], reward=1.0)
 
 
-class OneTask(Recording):
-    """One split with one empty task: for environments whose subject is their lifecycle, not their tasks."""
+class SingleTask(Environment):
+    """One split with one empty task: for environments whose subject is their lifecycle or tools, not their tasks."""
 
     @classmethod
     def list_splits(cls) -> list[str | Split]:
@@ -246,6 +246,10 @@ class OneTask(Recording):
     @classmethod
     def list_tasks(cls, split: str) -> list[dict[str, Any]]:
         return [{}]
+
+
+class OneTask(SingleTask, Recording):
+    """A `SingleTask` that journals its lifecycle (see `Recording`)."""
 
 
 class FailingSetup(OneTask):

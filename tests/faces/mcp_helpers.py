@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from ors_server import Environment, ImageBlock, TextBlock, ToolOutput, tool
 from ors_server.app import create_app
 from ors_server.settings import Settings
+from tests.ors_envs import SingleTask
 from tests.serving import serve
 
 INIT_PARAMS = {"protocolVersion": "2025-11-25", "capabilities": {}}
@@ -79,18 +80,10 @@ class Gate:
     release = threading.Event()
 
 
-class Sleepy(Environment):
+class Sleepy(SingleTask):
     """One slow tool that blocks a worker thread until the test releases it."""
 
     name = "sleepy"
-
-    @classmethod
-    def list_splits(cls):
-        return ["train"]
-
-    @classmethod
-    def list_tasks(cls, split):
-        return [{}]
 
     def get_prompt(self):
         return [TextBlock(text="wait")]

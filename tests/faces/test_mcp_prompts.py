@@ -13,25 +13,17 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from ors_server import Environment, ImageBlock, TextBlock, ToolOutput, tool
+from ors_server import ImageBlock, TextBlock, ToolOutput, tool
 from tests.faces.mcp_helpers import Counter, mcp_client, mcp_http_client, server
-from tests.ors_envs import SlowSetup, gate
+from tests.ors_envs import SingleTask, SlowSetup, gate
 
 pytestmark = pytest.mark.anyio
 
 PNG = "iVBORw0KGgo="
 
 
-class Picture(Environment):
+class Picture(SingleTask):
     name = "picture"
-
-    @classmethod
-    def list_splits(cls):
-        return ["train"]
-
-    @classmethod
-    def list_tasks(cls, split):
-        return [{}]
 
     def get_prompt(self):
         return [TextBlock(text="What is in the picture?"), ImageBlock(data=PNG, mimeType="image/png")]

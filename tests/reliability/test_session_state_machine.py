@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from pydantic import BaseModel
 
-from ors_server import Environment, Split, TextBlock, ToolOutput, tool
+from ors_server import TextBlock, ToolOutput, tool
 from ors_server.errors import CapacityReached, SessionDeleted, SessionExists, SessionNotFound
 from ors_server.sessions import SessionStore, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
+from tests.ors_envs import SingleTask
 
 MAX_SESSIONS = 4
 IDS = [f"s{i}" for i in range(6)]
@@ -40,16 +41,8 @@ class Built:
     instances: list[Tracked] = []
 
 
-class Tracked(Environment):
+class Tracked(SingleTask):
     name = "tracked"
-
-    @classmethod
-    def list_splits(cls) -> list[str | Split]:
-        return ["train"]
-
-    @classmethod
-    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
-        return [{}]
 
     @classmethod
     def task_from_seed(cls, seed: int | None, config: dict[str, Any]) -> dict[str, Any]:

@@ -7,21 +7,14 @@ from pathlib import Path
 
 import anyio
 
-from ors_server import Environment, TextBlock, ToolOutput, tool
+from ors_server import TextBlock, ToolOutput, tool
+from tests.ors_envs import SingleTask
 
 
-class Gated(Environment):
+class Gated(SingleTask):
     """`wait` answers once the file named by `ORS_GATE_FILE` exists (boundedly), so a test controls when."""
 
     name = "gated"
-
-    @classmethod
-    def list_splits(cls):
-        return ["train"]
-
-    @classmethod
-    def list_tasks(cls, split):
-        return [{}]
 
     def get_prompt(self):
         return [TextBlock(text="wait")]
