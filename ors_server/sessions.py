@@ -450,10 +450,12 @@ class SessionStore:
         opened again (a new session). When two requests open the same new id at once, both get the one session.
         """
         self.check_id(session_id)
+        config = config or {}
+        # Refused even when the session exists (and the config would be ignored): one rule for every request.
+        self._check_size("the config", config)
         session = self._live(session_id, env_cls, any_env)
         if session is not None:
             return session, False
-        config = config or {}
         task_spec = await self.task_for(env_cls, seed, config)
         # No await from here on: the check and the creation are one step for every other request.
         session = self._live(session_id, env_cls, any_env)
@@ -474,15 +476,20 @@ class SessionStore:
         """The task of a new session named by a seed and config; raises what `create` would raise if the store
         cannot admit a session now, before spending a worker thread on `task_from_seed`."""
         self._check_admission()
-        self._check_size("the config", config)
         return await self._task_from_seed(env_cls, seed, config)
 
     async def _task_from_seed(self, env_cls: type[Environment], seed: int | None, config: dict[str, Any]) -> Any:
+        """The task a seed and config name. Every way a face gives a task (a new session, a reset, an MCP
+        re-initialize) comes here or to `create`, so `max_task_spec_bytes` holds for all of them: the config is
+        checked before the environment sees it, and the task it makes (which a session keeps) after."""
+        self._check_size("the config", config)
         try:
-            return await run_user_code(env_cls.task_from_seed, seed, config, limiter=self.limiters["lifecycle"])
+            task_spec = await run_user_code(env_cls.task_from_seed, seed, config, limiter=self.limiters["lifecycle"])
         except Exception as exc:
             # The seed and config come from the client: whatever the environment makes of them is the client's.
             raise InvalidTask(f"no task for seed {seed!r} and config {config!r}: {_describe(exc)}") from None
+        self._check_size("the task spec", task_spec)
+        return task_spec
 
     def _check_admission(self) -> None:
         if self.closing:

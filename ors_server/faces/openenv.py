@@ -63,6 +63,7 @@ from ors_server.errors import (
     OrsError,
     SessionDeleted,
     SetupFailed,
+    TaskTooLarge,
     Unavailable,
 )
 from ors_server.faces import Core, Face
@@ -514,6 +515,8 @@ class OpenEnvFace:
         try:
             await self.reset(session, request)
             return reset_payload(await self.store.initial_observation(session))
+        except TaskTooLarge as exc:
+            raise _FrameError("VALIDATION_ERROR", exc.message) from None
         except OrsError as exc:
             raise _FrameError("EXECUTION_ERROR", exc.message) from None
 
