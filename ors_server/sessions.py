@@ -833,6 +833,9 @@ class SessionStore:
                 self._publish(session, call, result, started)
 
     def _publish(self, session: Session, call: ToolCall, result: CallResult, started: float) -> None:
+        if isinstance(result, ToolRejected):
+            # Refusals name the tool the client asked for, which may be any string (a secret value too).
+            result = ToolRejected(result.reason, session.redact(result.message))
         call.end(result)
         self._replayable.append(call)
         self.replay_chars += call.size

@@ -535,19 +535,23 @@ class McpFace:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        # The name may be any string, a secret value of the session too: it is shown (and logged) masked.
+        _, binding = self._binding(ctx)
+        shown = binding.session.redact(params.name) if binding is not None else params.name
         if ctx.request is not None:  # for the access log
-            ctx.request.state.tool = params.name
+            ctx.request.state.tool = shown
         try:
             session = await self._session_for(ctx)
+            shown = session.redact(params.name)
             result = await self.store.call(session, params.name, params.arguments)
         except _NoEpisode as exc:
             return _error_result(str(exc))
         except OrsError as exc:
-            return _error_result(f"'{params.name}' was not run: {exc.message}")
+            return _error_result(f"'{shown}' was not run: {exc.message}")
         except Exception:
             logger.exception("MCP tools/call failed")
-            return _error_result(f"'{params.name}' was not run: internal server error")
-        return render(params.name, result)
+            return _error_result(f"'{shown}' was not run: internal server error")
+        return render(shown, result)
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None

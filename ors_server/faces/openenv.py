@@ -296,6 +296,7 @@ def step_payload(name: str, result: CallResult, session: Session) -> dict[str, A
         if metadata:
             payload["metadata"] = metadata  # OpenEnv copies non-empty observation metadata to the top level
         return payload
+    name = session.redact(name)  # the name the client asked for may be any string, a secret value too
     error = tool_error(name, result).model_dump()
     observation = {"metadata": {}, "tool_name": name, "result": None, "error": error}
     return {"observation": observation, "reward": None, "done": session.finished}
@@ -622,7 +623,7 @@ class OpenEnvFace:
         if isinstance(result, ToolOutput):
             # Like OpenEnv's /mcp: no reward or done here, though the call is a step of the episode.
             return call_tool_result(result)
-        error = tool_error(name, result)
+        error = tool_error(session.redact(name) if session is not None else name, result)
         code = (
             INVALID_PARAMS
             if error.error_type == "invalid_args" and isinstance(result, ToolRejected)

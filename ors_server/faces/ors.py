@@ -303,8 +303,8 @@ async def call(request: Request) -> Response:
     sid = _session_id(request)
     env_name = _path_env_name(request)
     body = await read_body(request, CallBody)
-    request.state.tool = body.name
     session = await store.get_ready(sid, env_name)
+    request.state.tool = session.redact(body.name)  # for the access log: any string, a secret value too
     request.state.env = session.env_name
     if body.task_id is not None:
         running = store.find_call(session, body.task_id)

@@ -9,8 +9,10 @@ import logging
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from tests.ors_envs import (
+    Live,
     call,
     create,
     live_server,
@@ -22,6 +24,7 @@ from tests.ors_envs import (
     without_comments,
     x_secrets,
 )
+from tests.reliability.reliability_envs import ACCEPT_MCP, initialize_body, mcp_call
 
 LOGGERS = ("ors_server", "ors_server.access", "uvicorn", "uvicorn.access", "uvicorn.error")
 
@@ -165,3 +168,41 @@ def test_a_tool_input_error_does_not_echo_a_secret_value_the_agent_typed(client:
     response, raw = post_sse(client, "/mathlike/call", {"name": "submit", "input": {"answer": [secret]}}, sid)
     assert b'"reason":"input_validation"' in raw
     assert secret.encode() not in raw
+
+
+def test_an_unknown_tool_named_like_a_secret_is_masked_on_every_face(
+    live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "tool-S3CRET-7e21"
+    client = live.client
+    caplog.set_level(logging.INFO, logger="ors_server.access")
+    sid = create(client, math_task(0), env_name="mathlike", secrets={"DB_PASSWORD": secret})
+    seen: list[str] = []
+
+    _, raw = post_sse(client, "/mathlike/call", {"name": secret, "input": {}}, sid)
+    seen.append(raw.decode())
+    assert b'"reason":"not_found"' in raw and b"***" in raw
+
+    opened = client.post("/mathlike/mcp/", json=initialize_body(), headers={**ACCEPT_MCP, "X-Session-ID": sid})
+    assert opened.status_code == 200, opened.text
+    result = mcp_call(client, "/mathlike/mcp/", opened.headers["mcp-session-id"], secret, {})
+    seen.append(json.dumps(result))
+    assert result["isError"] and "***" in result["content"][0]["text"]
+
+    url = live.url.replace("http://", "ws://") + f"/openenv/mathlike/ws?session_id={sid}"
+    with connect(url, open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": secret}}))
+        reply = str(ws.recv(timeout=10))
+    seen.append(reply)
+    assert "tool_not_found" in reply and "***" in reply
+
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": secret, "session_id": sid}}
+    answer = client.post("/openenv/mathlike/mcp", json=rpc)
+    seen.append(answer.text)
+    assert "error" in answer.json()
+
+    echoed = [text for text in seen if secret in text]
+    assert not echoed, f"responses echo the secret: {echoed}"
+    lines = [r.getMessage() for r in caplog.records if r.name == "ors_server.access"]
+    assert [line for line in lines if "tool=***" in line], lines
+    assert not [line for line in lines if secret in line], lines
