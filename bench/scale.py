@@ -234,6 +234,8 @@ app = Starlette(routes=[WebSocketRoute("/ws", echo)])
 FRONT_APP = """
 import sys
 import uvicorn
+from ors_server.guards import HeaderChecks
+from ors_server.hosts import AllowedHosts
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
@@ -243,7 +245,8 @@ from bench.scale_envs import Burn
 
 table = WorkerTable(1)
 table.put(Worker(WorkerTag(0, 1), Address(uds=sys.argv[2])))
-front = Front(table, Refusals([Burn], Settings()), max_body_bytes=1 << 20)
+checks = HeaderChecks(AllowedHosts(Settings()), None)
+front = Front(table, Refusals([Burn], Settings()), checks=checks, max_body_bytes=1 << 20)
 uvicorn.run(front, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", server_header=False)
 """
 

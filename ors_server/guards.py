@@ -1,6 +1,8 @@
-"""Refusals before any face's handlers run: a stranger Host or Origin, the optional API key, the body size limit.
+"""Refusals before any face's handlers run: a duplicated Host or Origin, a stranger Host or Origin, the optional
+API key, the body size limit.
 
-Each refusal is rendered by the face the request belongs to (its routes say which), in that face's shape.
+Each refusal is rendered by the face the request belongs to (its routes say which), in that face's shape. The
+front of a deployment makes the same header checks (`HeaderChecks`) before it reads a body or routes a request.
 """
 
 from __future__ import annotations
@@ -15,46 +17,87 @@ from ors_server.faces import FaceTable
 from ors_server.hosts import AllowedHosts
 
 OPEN_PATHS = {"/health"}
+SINGLE_HEADERS = (b"host", b"origin")
+"""Headers a request may carry once at most: with two, one check could read one and a later reader the other."""
 
 
-class Guard:
-    """On every path but `/health`, WebSockets included: refuse a Host or browser Origin outside the allowed
-    list (421 / 403: DNS-rebinding protection, see `ors_server.hosts`) and require the API key (when one is
-    set). Refuse oversize bodies.
+class HeaderChecks:
+    """What is refused on a request's headers alone, in this order: a duplicated Host or Origin (400, every path),
+    a Host or browser Origin outside the allowed list (421 / 403: DNS-rebinding protection, see
+    `ors_server.hosts`) and a missing or wrong API key (401, when one is set), the last two on every path but
+    `/health` (WebSockets have no open path).
 
     The key is accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>` (what the `openreward`
     client sends), compared in constant time.
     """
+
+    def __init__(self, hosts: AllowedHosts, api_key: str | None) -> None:
+        self.hosts = hosts
+        self.api_key = api_key.encode() if api_key else None
+
+    def refusal(self, scope: Scope) -> Refused | None:
+        """Why this request is refused on its headers, or None."""
+        seen: set[bytes] = set()
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            if name in SINGLE_HEADERS:
+                if name in seen:
+                    return Refused(400, f"duplicate {name.decode().capitalize()} header")
+                seen.add(name)
+            headers[name] = value
+        if scope["type"] == "http" and scope["path"] in OPEN_PATHS:
+            return None
+        stranger = self._stranger(headers)
+        if stranger is not None:
+            return stranger
+        if self.api_key is not None and not self._authorized(headers):
+            return Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
+        return None
+
+    def _stranger(self, headers: dict[bytes, bytes]) -> Refused | None:
+        """The refusal for a request from outside the allowed hosts, as the MCP SDK answers it; else None."""
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not self.hosts.allows_host(host):
+            return Refused(421, "Invalid Host header")
+        origin = headers.get(b"origin")
+        if origin is not None and not self.hosts.allows_origin(origin.decode("latin-1")):
+            return Refused(403, "Invalid Origin header")
+        return None
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        assert self.api_key is not None
+        bearer = headers.get(b"authorization", b"")
+        offered = [headers.get(b"x-api-key", b"")]
+        if bearer[:7].lower() == b"bearer ":
+            offered.append(bearer[7:].strip())
+        # Compare every candidate so timing does not reveal which header was checked.
+        matches = [hmac.compare_digest(candidate, self.api_key) for candidate in offered]
+        return any(matches)
+
+
+class Guard:
+    """The `HeaderChecks` on every request, WebSockets included, then the body size limit."""
 
     def __init__(
         self, app: ASGIApp, faces: FaceTable, hosts: AllowedHosts, api_key: str | None, max_body_bytes: int
     ) -> None:
         self.app = app
         self.faces = faces
-        self.hosts = hosts
-        self.api_key = api_key.encode() if api_key else None
+        self.checks = HeaderChecks(hosts, api_key)
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
-            stranger = self._stranger(dict(scope["headers"]))
-            if stranger is not None:
-                return await send({"type": "websocket.close", "code": 1008, "reason": stranger.message})
-            if self.api_key is not None and not self._authorized(dict(scope["headers"])):
-                refusal = Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
-                return await deny_websocket(scope, receive, send, self.faces.of(scope).render_error(refusal))
+            refusal = self.checks.refusal(scope)
+            if refusal is not None:
+                return await refuse_websocket(scope, receive, send, refusal, self.faces.of(scope).render_error(refusal))
             return await self.app(scope, receive, send)
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = dict(scope["headers"])
-        path = scope["path"]
-        if path not in OPEN_PATHS:
-            stranger = self._stranger(headers)
-            if stranger is not None:
-                return await self.faces.of(scope).render_error(stranger)(scope, receive, send)
-        if self.api_key is not None and path not in OPEN_PATHS and not self._authorized(headers):
-            refusal = Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
+        refusal = self.checks.refusal(scope)
+        if refusal is not None:
             return await self.faces.of(scope).render_error(refusal)(scope, receive, send)
+        headers = dict(scope["headers"])
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
             return await self._too_large(scope, receive, send)
@@ -100,25 +143,14 @@ class Guard:
                 raise
             # The app failed on the disconnect it was shown, after the client already had its answer.
 
-    def _stranger(self, headers: dict[bytes, bytes]) -> Refused | None:
-        """The refusal for a request from outside the allowed hosts, as the MCP SDK answers it; else None."""
-        host = headers.get(b"host", b"").decode("latin-1")
-        if not self.hosts.allows_host(host):
-            return Refused(421, "Invalid Host header")
-        origin = headers.get(b"origin")
-        if origin is not None and not self.hosts.allows_origin(origin.decode("latin-1")):
-            return Refused(403, "Invalid Origin header")
-        return None
 
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        assert self.api_key is not None
-        bearer = headers.get(b"authorization", b"")
-        offered = [headers.get(b"x-api-key", b"")]
-        if bearer[:7].lower() == b"bearer ":
-            offered.append(bearer[7:].strip())
-        # Compare every candidate so timing does not reveal which header was checked.
-        matches = [hmac.compare_digest(candidate, self.api_key) for candidate in offered]
-        return any(matches)
+async def refuse_websocket(scope: Scope, receive: Receive, send: Send, refusal: Refused, response: Response) -> None:
+    """Refuse a WebSocket handshake for `refusal`: a stranger Host or Origin with a close (403, the answer a
+    browser's page gets, as before), anything else with `response` where the server can send one."""
+    if refusal.status in (421, 403):
+        await send({"type": "websocket.close", "code": 1008, "reason": refusal.message})
+    else:
+        await deny_websocket(scope, receive, send, response)
 
 
 async def deny_websocket(scope: Scope, receive: Receive, send: Send, response: Response) -> None:

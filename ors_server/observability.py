@@ -176,5 +176,18 @@ def _access_line(scope: Scope, status: int, seconds: float, face: str) -> str:
     return " ".join(f"{key}={_quoted(str(value))}" for key, value in fields.items())
 
 
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _quoted(value: str) -> str:
-    return f'"{value}"' if (not value or any(c in value for c in ' "=')) else value
+    """`value` as one logfmt value: bare when it is plain, else quoted, with quotes, backslashes and every control
+    or line-breaking character escaped. Paths and session ids come from clients: a raw `%0a` in one must not
+    write a second, forged line into the log."""
+    if value and value.isprintable() and not any(c in value for c in ' "=\\'):
+        return value
+    return '"' + "".join(_ESCAPES.get(c) or (c if c.isprintable() else _escape(c)) for c in value) + '"'
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -6,6 +6,10 @@ client's `Host` is kept (the MCP face's DNS-rebinding check reads it); streamed 
 chunk by chunk with no read timeout, and a WebSocket is bridged frame by frame to the worker chosen at the
 upgrade. What the front answers itself, it answers as one server would, in the face's own error shape:
 410 for a session whose worker is gone, 503 with Retry-After when no worker can take a request now.
+
+Before it reads a body or routes anything, the front makes a worker's header checks (`guards.HeaderChecks`:
+a duplicated Host or Origin, a stranger Host or Origin, the API key), so a keyless client can neither make it
+hold bodies nor learn from 404 / 410 / 503 which session ids exist.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import websockets
 from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection
 
+from ors_server.guards import HeaderChecks, refuse_websocket
 from ors_server.scale import metrics as merged
 from ors_server.scale.keys import header_key, is_create, is_mcp_post, read_initialize, read_params_session
 from ors_server.scale.refusals import Refusals
@@ -55,6 +60,7 @@ class Front:
         table: WorkerTable,
         refusals: Refusals,
         *,
+        checks: HeaderChecks,
         max_body_bytes: int,
         lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
         on_unreachable: Callable[[Worker], None] | None = None,
@@ -63,6 +69,7 @@ class Front:
         self.table = table
         self.name = name  # which front of the deployment this is (`--fronts M`: 0..M-1)
         self.refusals = refusals
+        self.checks = checks
         self.max_body_bytes = max_body_bytes
         self.lifespan = lifespan
         self.on_unreachable = on_unreachable
@@ -143,6 +150,9 @@ class Front:
     # HTTP.
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self.checks.refusal(scope)
+        if refusal is not None:
+            return await self.refusals.response(scope, refusal)(scope, receive, send)
         path = scope["path"]
         if path == "/health" and scope["method"] in ("GET", "HEAD"):
             return await self._health(scope, receive, send)
@@ -243,6 +253,9 @@ class Front:
     # WebSockets.
 
     async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self.checks.refusal(scope)
+        if refusal is not None:
+            return await refuse_websocket(scope, receive, send, refusal, self.refusals.response(scope, refusal))
         key = header_key(scope)
         try:
             worker = self._route(scope, key, creates=True)

@@ -20,6 +20,8 @@ from contextlib import asynccontextmanager
 
 import uvicorn
 
+from ors_server.guards import HeaderChecks
+from ors_server.hosts import AllowedHosts
 from ors_server.scale.front import Front
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Worker, WorkerTable
@@ -80,6 +82,7 @@ def main() -> None:
     front = Front(
         table,
         refusals,
+        checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
         max_body_bytes=settings.max_body_bytes,
         lifespan=supervised.run,
         on_unreachable=supervised.unreachable,

@@ -25,6 +25,8 @@ from types import FrameType
 
 import uvicorn
 
+from ors_server.guards import HeaderChecks
+from ors_server.hosts import AllowedHosts
 from ors_server.http_limits import BoundedHttpToolsProtocol
 from ors_server.scale import worker as worker_main
 from ors_server.scale.children import wait_or_kill
@@ -213,6 +215,7 @@ def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) 
     front = Front(
         table,
         refusals,
+        checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
         max_body_bytes=settings.max_body_bytes,
         lifespan=workers.run,
         on_unreachable=workers.unreachable,

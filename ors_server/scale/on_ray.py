@@ -24,6 +24,8 @@ import ray
 import uvicorn
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ors_server.guards import HeaderChecks
+from ors_server.hosts import AllowedHosts
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.local import front_config
@@ -293,6 +295,7 @@ def serve(
         front = Front(
             table,
             refusals,
+            checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
             max_body_bytes=settings.max_body_bytes,
             lifespan=membership.run,
             on_unreachable=membership.unreachable,

@@ -109,3 +109,16 @@ def test_access_log_lines_name_session_environment_tool_and_status_but_never_a_s
     assert create_line and f"session={sid}" in create_line[0]
     for secret in (SECRET_HEADER_VALUE, SECRET_BODY_VALUE, header):
         assert secret not in caplog.text
+
+
+def test_a_line_break_in_a_path_is_escaped_and_never_forges_a_second_access_log_line(client, caplog):
+    caplog.set_level(logging.INFO, logger="ors_server.access")
+    forged = "status=200 face=ors session=admin"
+    for path in (f"/faulty/x%0a{forged.replace(' ', '%20')}", "/faulty/a%0d%0b%1b[31m%e2%80%a8%22%5c"):
+        client.get(path)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ors_server.access"]
+    assert len(lines) == 2, lines
+    for line in lines:
+        assert line.isprintable(), line  # no newline, carriage return, escape or line separator of any kind
+    assert lines[0].startswith('method=GET path="/faulty/x\\nstatus=200 face=ors session=admin" status=404'), lines[0]
+    assert lines[1].startswith('method=GET path="/faulty/a\\r\\x0b\\x1b[31m\\u2028\\"\\\\" status=404'), lines[1]

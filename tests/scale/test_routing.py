@@ -127,6 +127,8 @@ def test_a_front_follows_a_published_table_and_its_own_verdict_of_death_stands()
 
 
 def test_the_front_closes_its_pool_to_a_worker_once_the_table_says_it_is_dead_or_replaced():
+    from ors_server.guards import HeaderChecks
+    from ors_server.hosts import AllowedHosts
     from ors_server.scale.front import Front
     from ors_server.scale.refusals import Refusals
     from tests.faces.mcp_helpers import Counter
@@ -135,7 +137,8 @@ def test_the_front_closes_its_pool_to_a_worker_once_the_table_says_it_is_dead_or
     first, other = WorkerTag(0, 1), WorkerTag(1, 1)
     table.put(Worker(first, Address(uds="/tmp/w0-1.sock")))
     table.put(Worker(other, Address(uds="/tmp/w1-1.sock")))
-    front = Front(table, Refusals([Counter], Settings()), max_body_bytes=1024)
+    checks = HeaderChecks(AllowedHosts(Settings()), None)
+    front = Front(table, Refusals([Counter], Settings()), checks=checks, max_body_bytes=1024)
     old, kept = front._upstream(table.slots[0]), front._upstream(table.slots[1])  # type: ignore[arg-type]
     table.mark(first, State.DEAD)  # learnt from the supervisor's table, not from this front's own request
     table.put(Worker(WorkerTag(0, 2), Address(uds="/tmp/w0-2.sock")))
