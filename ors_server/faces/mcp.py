@@ -135,6 +135,8 @@ class _Binding:
     session: Session
     in_flight: int = 0
     last_seen: float = field(default_factory=anyio.current_time)
+    deleting: bool = False
+    """A DELETE of the transport is under way: requests it cuts short are answered 404, not the SDK's 500."""
 
 
 def _tools(tools: Sequence[ToolDef]) -> list[types.Tool]:
@@ -212,6 +214,15 @@ async def _read_body(receive: Receive) -> bytes:
         chunks.append(message.get("body", b""))
         more = message.get("more_body", False)
     return b"".join(chunks)
+
+
+def _request_id(body: bytes) -> Any:
+    """The JSON-RPC id of a request body (None if it has none or is no request)."""
+    try:
+        message = wirejson.loads(body)
+    except wirejson.MalformedJson:
+        return None
+    return message.get("id") if isinstance(message, dict) else None
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -460,19 +471,36 @@ class McpFace:
         binding = self._bindings.get(transport_id)
         if binding is not None and binding.session.env_cls is not env_cls:
             raise Refused(404, "Session not found")  # a transport belongs to its endpoint
+        deleting = scope["method"] == "DELETE"
         if binding is not None:
             binding.in_flight += 1
+            binding.deleting = binding.deleting or deleting
             self._current(binding.session)  # refreshes the episode's idle timer
         status = 0
+        body: list[bytes] = []
+        cut = False
+
+        async def read() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                body.append(message.get("body", b""))  # for the id of a request the DELETE cuts short
+            return message
 
         async def watch(reply: Message) -> None:
-            nonlocal status
+            nonlocal status, cut
             if reply["type"] == "http.response.start":
                 status = reply["status"]
-            await send(reply)
+                # The SDK answers a request whose transport a DELETE terminated with a 500 and no id; it is the
+                # client's own doing, so it gets what every later request of the transport gets: a 404.
+                cut = status == 500 and binding is not None and binding.deleting and not deleting
+            if not cut:
+                await send(reply)
+            elif not reply.get("more_body", False) and reply["type"] == "http.response.body":
+                gone = Refused(404, "Session terminated: the MCP session was deleted while this request ran")
+                await _send_error(scope, send, gone, _request_id(b"".join(body)))
 
         try:
-            await self.transport(scope, receive, watch)
+            await self.transport(scope, read, watch)
         except anyio.ClosedResourceError:
             # The transport was closed (a DELETE) while this request was in flight.
             if status == 0:
@@ -481,6 +509,8 @@ class McpFace:
             if binding is not None:
                 binding.in_flight -= 1
                 binding.last_seen = anyio.current_time()
+                if deleting and not 200 <= status < 300:
+                    binding.deleting = False  # the DELETE was refused: the transport lives on
         if binding is not None and (status == 404 or (scope["method"] == "DELETE" and 200 <= status < 300)):
             with anyio.CancelScope(shield=True):
                 await self.close(transport_id, "deleted" if status != 404 else "reaped")

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import time
+import uuid
 
 import anyio
 import httpx
@@ -23,6 +27,8 @@ from tests.faces.mcp_helpers import (
     server,
     text,
 )
+from tests.ors_envs import count, gate, live_server, math_task, new_tag
+from tests.reliability.reliability_envs import ACCEPT_MCP, mcp_open
 
 pytestmark = pytest.mark.anyio
 
@@ -301,3 +307,35 @@ async def test_the_sdk_client_given_the_servers_api_key_completes_an_episode_and
     assert text(result) == "Correct!" and not result.is_error
     assert refused.status_code == 401
     assert refused.json()["error"]["message"] == "missing or wrong API key"
+
+
+def test_a_delete_while_a_tools_call_of_the_same_session_runs_answers_the_call_404_not_500(caplog):
+    caplog.set_level(logging.INFO, logger="ors_server.access")
+    tag, key = new_tag(), uuid.uuid4().hex
+    with live_server() as live:
+        client = live.client
+        transport = mcp_open(client, "/mathlike/mcp/", {"session_id": key, "config": {"task_spec": math_task(0, tag)}})
+        headers = {**ACCEPT_MCP, "mcp-session-id": transport}
+        answered: list[httpx.Response] = []
+
+        def call() -> None:
+            body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "wait", "arguments": {}}}
+            answered.append(client.post("/mathlike/mcp/", json=body, headers=headers))
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        deadline = time.monotonic() + 10
+        while count(tag, "wait-start") == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        deleted = client.delete("/mathlike/mcp/", headers=headers)
+        caller.join(timeout=10)
+        gate(tag).set()  # the tool returns; the episode is torn down after it
+        assert deleted.status_code == 200, deleted.text
+        [cut] = answered
+        assert cut.status_code == 404, cut.text
+        assert cut.json()["id"] == 7 and cut.json()["error"]["code"] < 0
+        assert key not in live.store
+        later = client.post("/mathlike/mcp/", json={"jsonrpc": "2.0", "id": 8, "method": "tools/list"}, headers=headers)
+        assert later.status_code == 404
+    lines = [r.getMessage() for r in caplog.records if r.name == "ors_server.access"]
+    assert not [line for line in lines if "status=500" in line], lines
