@@ -1,7 +1,8 @@
 """`math`: answer one arithmetic or short word problem with the `submit` tool.
 
 The tasks ship with the package (`data/math.jsonl`): 70 train and 24 test problems. An answer is correct when
-it is the same number as the reference, whatever its format (`42`, ` 42.0 `, `4.2e1`, `1,000`, `3/4` = `0.75`).
+it is the same number as the reference, whatever its format (`42`, ` 42.0 `, `4.2e1`, `1,000`, `3/4` = `0.75`), given
+as a JSON string or a JSON number (`{"answer": 21}` and `{"answer": "21"}` are the same answer).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from fractions import Fraction
 from importlib.resources import files
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
 
 from ors_server import Environment, Split, TextBlock, ToolOutput, tool
 
@@ -43,7 +44,10 @@ def same_answer(given: str, expected: str) -> bool:
 
 
 class SubmitInput(BaseModel):
-    answer: str = Field(description="Your final answer, e.g. 42 or 0.75")
+    # Strict members: a JSON number stays a number and `true` is no answer (lax int would read it as 1).
+    answer: StrictStr | StrictInt | StrictFloat = Field(
+        description='Your final answer: a number (42, 0.75) or a string ("42", "3/4", "1,000")'
+    )
 
 
 class Math(Environment):
@@ -68,7 +72,8 @@ class Math(Environment):
     @tool
     def submit(self, params: SubmitInput) -> ToolOutput:
         """Submit your final answer to the math problem. Ends the episode."""
-        correct = same_answer(params.answer, str(self.task_spec["answer"]))
+        # str() of a float is its shortest round-trip form ("0.1"), which `Fraction` reads exactly as written.
+        correct = same_answer(str(params.answer), str(self.task_spec["answer"]))
         return ToolOutput(
             blocks=[TextBlock(text="Correct!" if correct else "Wrong")],
             reward=1.0 if correct else 0.0,

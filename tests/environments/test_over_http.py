@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from environments.blackjack import Blackjack
 from environments.cliff_walking import CliffWalking
 from environments.frozen_lake import FrozenLake
+from environments.math import Math
 from environments.shell import Shell
 from ors_server.app import create_app
 from ors_server.settings import Settings
@@ -22,7 +23,7 @@ from tests.serving import serve
 
 @pytest.fixture(scope="module")
 def app() -> Starlette:
-    return create_app([FrozenLake, CliffWalking, Blackjack, Shell], Settings())
+    return create_app([FrozenLake, CliffWalking, Blackjack, Shell, Math], Settings())
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +133,33 @@ def test_shell_episode_over_http(client: httpx.Client, app: Starlette) -> None:
     assert (output["reward"], output["finished"]) == (1.0, True)
     episode.delete()
     assert not root.exists()
+
+
+@pytest.mark.parametrize(
+    ("answer", "reward"),
+    [(21, 1.0), (21.0, 1.0), ("21", 1.0), (" 21.0 ", 1.0), (22, 0.0), (2.1e1, 1.0)],
+    ids=["int", "float", "string", "padded-string", "wrong-int", "exponent-float"],
+)
+def test_math_submit_takes_a_json_number_or_a_string(client: httpx.Client, answer: Any, reward: float) -> None:
+    episode = Episode(client, "math", Math.get_task("train", 1))  # "What is 252 / 12?" -> "21"
+    output = episode.output("submit", {"answer": answer})
+    assert (output["reward"], output["finished"]) == (reward, True)
+    episode.delete()
+
+
+@pytest.mark.parametrize("answer", [True, None, [21], {"value": 21}], ids=["bool", "null", "list", "object"])
+def test_math_submit_refuses_what_is_neither_a_number_nor_a_string(client: httpx.Client, answer: Any) -> None:
+    episode = Episode(client, "math", Math.get_task("train", 1))
+    event, data = episode.call("submit", {"answer": answer})
+    assert (event, data["ok"], data["reason"]) == ("end", False, "input_validation")
+    assert episode.output("submit", {"answer": 21})["reward"] == 1.0  # the episode goes on
+    episode.delete()
+
+
+def test_math_submit_schema_says_it_takes_numbers_and_strings(client: httpx.Client) -> None:
+    [submit] = client.get("/math/tools").json()["tools"]
+    assert submit["input_schema"]["properties"]["answer"]["anyOf"] == [
+        {"type": "string"},
+        {"type": "integer"},
+        {"type": "number"},
+    ]

@@ -81,7 +81,7 @@ def run(env: Any, base_url: str, answer_key: str) -> dict:
     with env.session(task=first) as session:
         sid = session.sid
         unknown_tool = _call(session, "no_such_tool", {})
-        bad_input = _call(session, "submit", {"answer": 42, "extra": True})
+        bad_input = _call(session, "submit", {"answer": [42]})  # math takes a number or a string, not a list
         missing_input = _call(session, "submit", {})
         still_correct = _call(session, "submit", {"answer": str(first.task_spec[answer_key])})
     result["mistakes"] = {
