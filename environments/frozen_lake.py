@@ -2,8 +2,9 @@
 
 The map is `generate_random_map(size, p=0.8, seed=seed)` (size 8 when the task's `map_name` contains "8x8",
 else 4) and the lake is not slippery unless the task says `"is_slippery": true`. Observations are
-`{"position": row * size + col, "grid": <gymnasium's ANSI render>}`; reaching G pays 1.0, a hole or the goal
-ends the episode.
+`{"position": row * size + col, "grid": "xFHF\nFHFF\nFFFH\nFHFG"}`: the map as plain text, one line per row, with
+the agent's cell shown as `x` (CliffWalking's mark), not gymnasium's ANSI render, whose colour escapes would reach
+agents and logs raw. Reaching G pays 1.0; a hole or the goal ends the episode.
 """
 
 from __future__ import annotations
@@ -27,18 +28,22 @@ class FrozenLake(GymEnvironment):
     def make_env(cls, task_spec: dict[str, Any]) -> FrozenLakeEnv:
         size = 8 if "8x8" in str(task_spec.get("map_name", "4x4")) else 4
         desc = generate_random_map(size=size, p=0.8, seed=task_spec["seed"])
-        return FrozenLakeEnv(desc=desc, is_slippery=bool(task_spec.get("is_slippery", False)), render_mode="ansi")
+        return FrozenLakeEnv(desc=desc, is_slippery=bool(task_spec.get("is_slippery", False)))
 
     def observe(self, obs: Any) -> dict[str, Any]:
         assert self.env is not None
-        return {"position": int(obs), "grid": self.env.render()}
+        position = int(obs)
+        rows = [[cell.decode() for cell in row] for row in self.env.unwrapped.desc]  # type: ignore[attr-defined]
+        row, col = divmod(position, len(rows[0]))
+        rows[row][col] = "x"
+        return {"position": position, "grid": "\n".join("".join(cells) for cells in rows)}
 
     def instructions(self) -> str:
         size = 8 if "8x8" in str(self.task_spec.get("map_name", "4x4")) else 4
         return (
             f"You are playing FrozenLake, a grid-based navigation game displayed as a {size}x{size} text grid. "
-            "The grid contains: S (Start), F (Frozen safe), H (Hole - deadly), G (Goal). Your current cell is "
-            "highlighted, and 'position' is row * width + column. Reach G without stepping on H: stepping on "
+            "The grid contains: S (Start), F (Frozen safe), H (Hole - deadly), G (Goal), and x marks your "
+            "current cell; 'position' is row * width + column. Reach G without stepping on H: stepping on "
             "H ends the episode with failure. Use the lake_move tool with actions LEFT, DOWN, RIGHT, UP to "
             "navigate the grid."
         )

@@ -7,15 +7,17 @@
 
         @classmethod
         def make_env(cls, task_spec):
-            return FrozenLakeEnv(desc=generate_random_map(4, seed=task_spec["seed"]), render_mode="ansi")
+            return FrozenLakeEnv(desc=generate_random_map(4, seed=task_spec["seed"]))
 
         def observe(self, obs):
-            return {"position": int(obs), "grid": self.env.render()}
+            return {"position": int(obs)}
 
 Gymnasium itself steps the episode, and the task spec's `seed` is passed to `reset(seed=...)`, so an episode
 replays exactly what gymnasium (and Eval Protocol's example servers) produce for that seed. The tool answers
 with one text block holding the compact JSON observation plus `"action": "<NORMALIZED>"`, the shape Eval
-Protocol's clients parse; reward and the end of the episode travel in the `ToolOutput`.
+Protocol's clients parse; reward and the end of the episode travel in the `ToolOutput`. Observations are plain text:
+ANSI escape sequences (the colours of gymnasium's `ansi` renders) are removed from every string in them, since
+they reach agents, episode records and logs raw.
 
 Tasks are seeds: a lazy `train` split of `train_size` seeds (0, 1, ...), a `test` split of the next
 `test_size` seeds, and an `examples` split with Eval Protocol's example rows (seeds 42, 123 and 456).
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -37,6 +40,8 @@ from ors_server.types import Blocks, TextBlock, ToolOutput
 EXAMPLE_SEEDS = (42, 123, 456)
 MAX_TASK_RANGE = 10_000
 """The most tasks one `get_task_range` answers (and `list_tasks` lists) for the seed splits."""
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+"""An ANSI CSI sequence (ECMA-48): colours and cursor moves, as terminal renders write them."""
 
 
 class ActionInput(BaseModel):
@@ -51,6 +56,17 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if hasattr(value, "tolist"):  # numpy arrays and scalars
         return value.tolist()
+    return value
+
+
+def plain_text(value: Any) -> Any:
+    """`value` (a JSON value) with ANSI escape sequences removed from every string in it."""
+    if isinstance(value, str):
+        return ANSI_ESCAPE.sub("", value)
+    if isinstance(value, dict):
+        return {key: plain_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_text(item) for item in value]
     return value
 
 
@@ -132,7 +148,8 @@ class GymEnvironment(Environment):
     def observe(self, obs: Any) -> dict[str, Any]:
         """The observation as the agent sees it: a JSON-serialisable dict (`self.env` is the live env).
 
-        By default a dict observation as is, anything else as `{"observation": obs}`.
+        By default a dict observation as is, anything else as `{"observation": obs}`. ANSI escapes in its strings
+        are removed afterwards (so a `render()` in `ansi` mode arrives as plain text, without its colours).
         """
         value = jsonable(obs)
         return value if isinstance(value, dict) else {"observation": value}
@@ -203,7 +220,7 @@ class GymEnvironment(Environment):
     def setup(self) -> None:
         self.env = self.make_env(self.task_spec)
         obs, _info = self.env.reset(seed=self.seed)
-        self._initial = self.observe(obs)
+        self._initial = plain_text(self.observe(obs))
 
     def teardown(self) -> None:
         if self.env is not None:
@@ -230,7 +247,7 @@ class GymEnvironment(Environment):
         self.steps += 1
         if not (terminated or truncated) and self.step_limit is not None and self.steps >= self.step_limit:
             truncated = True
-        text = json.dumps({**self.observe(obs), "action": action}, separators=(",", ":"))
+        text = json.dumps({**plain_text(self.observe(obs)), "action": action}, separators=(",", ":"))
         return ToolOutput(
             blocks=[TextBlock(text=text)],
             metadata=jsonable(info) or None,

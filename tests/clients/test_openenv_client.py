@@ -21,7 +21,7 @@ pytestmark = pytest.mark.clients
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ["frozen_lake_async", "frozen_lake_sync", "list_tools", "mistakes", "concurrent", "mcp_tool", "math"]
 SEED_42_POSITIONS = [4, 8, 9, 10, 14, 15]
-FROZEN_LAKE_SEED_42 = "SFHF/FHFF/FFFH/FHFG"
+FROZEN_LAKE_SEED_42 = "xFHF/FHFF/FFFH/FHFG"  # the map SFHF/FHFF/FFFH/FHFG, the agent (x) on S
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,9 @@ def scenario(played: dict, name: str) -> dict:
 
 
 def grid_rows(observation: dict) -> str:
-    plain = observation["grid"].replace("\x1b[41m", "").replace("\x1b[0m", "")
-    return "/".join(line for line in plain.splitlines() if line and not line.startswith(" "))
+    """FrozenLake's grid as `ROW/ROW/...`: plain text, no ANSI escapes."""
+    assert "\x1b" not in observation["grid"], observation
+    return observation["grid"].replace("\n", "/")
 
 
 def tool_data(step: dict) -> dict:

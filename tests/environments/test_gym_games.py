@@ -23,9 +23,9 @@ from ors_server.settings import Settings
 pytestmark = pytest.mark.anyio
 
 START_GRIDS = {
-    42: "\n\x1b[41mS\x1b[0mFHF\nFHFF\nFFFH\nFHFG\n",
-    123: "\n\x1b[41mS\x1b[0mFFF\nFHHF\nHHFF\nHFFG\n",
-    456: "\n\x1b[41mS\x1b[0mFFF\nHFFF\nFHFF\nFFFG\n",
+    42: "xFHF\nFHFF\nFFFH\nFHFG",
+    123: "xFFF\nFHHF\nHHFF\nHFFG",
+    456: "xFFF\nHFFF\nFHFF\nFFFG",
 }
 
 
@@ -79,9 +79,7 @@ async def test_tool_result_is_one_text_block_with_the_compact_observation_and_no
     async with episode(FrozenLake, {"seed": 42}) as (store, session):
         result = await store.call(session, "lake_move", {"action": "  down "})
         assert isinstance(result, ToolOutput)
-        assert result.blocks[0].text == (
-            '{"position":4,"grid":"  (Down)\\nSFHF\\n\\u001b[41mF\\u001b[0mHFF\\nFFFH\\nFHFG\\n","action":"DOWN"}'
-        )
+        assert result.blocks[0].text == '{"position":4,"grid":"SFHF\\nxHFF\\nFFFH\\nFHFG","action":"DOWN"}'
         assert result.metadata == {"prob": 1.0}
 
 
@@ -98,6 +96,58 @@ async def test_missing_action_is_an_input_validation_error() -> None:
     async with episode(FrozenLake, {"seed": 42}) as (store, session):
         result = await store.call(session, "lake_move", {})
         assert isinstance(result, ToolRejected) and result.reason == "input_validation"
+
+
+def _escapes(value: Any) -> list[str]:
+    """The strings in a JSON value that hold an escape character (ANSI colours start with one)."""
+    if isinstance(value, str):
+        return [value] if "\x1b" in value else []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [text for item in value for text in _escapes(item)]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("env_cls", "action"),
+    [(FrozenLake, "DOWN"), (CliffWalking, "UP"), (Blackjack, "HIT")],
+    ids=["frozen_lake", "cliff_walking", "blackjack"],
+)
+async def test_game_prompts_and_observations_are_plain_text(env_cls: type[GymEnvironment], action: str) -> None:
+    async with episode(env_cls, {"seed": 42}) as (store, session):
+        [prompt] = session.env.get_prompt()
+        observation, _ = await step(store, session, action)
+        assert "\x1b" not in prompt.text and "\\u001b" not in prompt.text
+        assert _escapes(session.env.initial_observation()) == [] and _escapes(observation) == []
+
+
+async def test_frozen_lake_grid_marks_the_agent_with_x_on_the_plain_map() -> None:
+    async with episode(FrozenLake, {"seed": 42}) as (store, session):
+        observation, _ = await step(store, session, "DOWN")
+        assert observation["grid"] == "SFHF\nxHFF\nFFFH\nFHFG"
+        observation, _ = await step(store, session, "RIGHT")  # into the hole at 5
+        assert observation["grid"] == "SFHF\nFxFF\nFFFH\nFHFG"
+
+
+class AnsiTaxi(GymEnvironment):
+    env_id = "Taxi-v4"
+    render_mode = "ansi"
+    tool_name = "taxi_move"
+    action_names = ["SOUTH", "NORTH", "EAST", "WEST", "PICKUP", "DROPOFF"]
+
+    def observe(self, obs: Any) -> dict[str, Any]:
+        assert self.env is not None
+        return {"state": int(obs), "map": self.env.render()}
+
+
+async def test_ansi_escapes_of_any_gym_render_are_removed_from_observations() -> None:
+    async with episode(AnsiTaxi, {"seed": 7}) as (store, session):
+        assert "\x1b[" in session.env.env.render(), "the render this test relies on is coloured"
+        initial = session.env.initial_observation()
+        observation, _ = await step(store, session, "north")
+        assert _escapes(initial) == [] and _escapes(observation) == []
+        assert "|R: | : :G|" in initial["map"]  # the map itself is kept
 
 
 async def test_cliff_walking_cliff_costs_100_and_sends_the_agent_back_to_the_start() -> None:
@@ -185,7 +235,7 @@ async def test_unseeded_task_draws_a_seed_and_names_it_in_the_task_spec() -> Non
     async with episode(FrozenLake, {}) as (_, session):
         seed = session.env.task_spec["seed"]
         desc = generate_random_map(size=4, p=0.8, seed=seed)
-        assert session.env.initial_observation()["grid"].split("\n")[2:] == [*desc[1:], ""]
+        assert session.env.initial_observation()["grid"].split("\n")[1:] == desc[1:]
 
 
 def test_train_split_is_large_and_served_lazily() -> None:
@@ -238,7 +288,8 @@ async def test_prompt_names_the_tool_and_actions_and_shows_the_initial_observati
     async with episode(FrozenLake, {"seed": 42}) as (_, session):
         [block] = session.env.get_prompt()
         assert "lake_move" in block.text and "LEFT, DOWN, RIGHT, UP" in block.text
-        assert block.text.endswith('{"position":0,"grid":"\\n\\u001b[41mS\\u001b[0mFHF\\nFHFF\\nFFFH\\nFHFG\\n"}')
+        assert block.text.endswith('{"position":0,"grid":"xFHF\\nFHFF\\nFFFH\\nFHFG"}')
+        assert "x marks your current cell" in block.text
 
 
 def test_game_tools_have_the_eval_protocol_names_and_input_schema() -> None:

@@ -72,7 +72,7 @@ class Episode:
 def test_frozen_lake_episode_over_http(client: httpx.Client) -> None:
     episode = Episode(client, "frozen_lake", {"seed": 42})
     prompt = episode.prompt()
-    assert "lake_move" in prompt and prompt.endswith('"grid":"\\n\\u001b[41mS\\u001b[0mFHF\\nFHFF\\nFFFH\\nFHFG\\n"}')
+    assert "lake_move" in prompt and prompt.endswith('"grid":"xFHF\\nFHFF\\nFFFH\\nFHFG"}')
     outputs = [episode.output("lake_move", {"action": a}) for a in ["down", "DOWN", "RIGHT", "RIGHT", "DOWN", "RIGHT"]]
     last = outputs[-1]
     assert set(last) == {"blocks", "metadata", "reward", "finished"}

@@ -44,7 +44,7 @@ async def test_client_session_lists_tools_and_completes_a_math_episode():
         async with mcp_client(f"{base}/math/mcp") as (session, transport_ids):
             tools = (await session.list_tools()).tools
             assert [t.name for t in tools] == ["submit"]
-            assert tools[0].input_schema["properties"]["answer"]["type"] == "string"
+            assert {"type": "string"} in tools[0].input_schema["properties"]["answer"]["anyOf"]
             assert tools[0].description
             result = await session.call_tool("submit", {"answer": str(MATH_TASK["answer"])})
             assert not result.is_error
@@ -141,7 +141,7 @@ async def test_reinitializing_a_stepped_episode_starts_an_identical_fresh_one():
             status = (await http.get(f"{base}/control/status", headers=header)).json()
             moved = await call(http, f"{base}/mcp/", second.headers["mcp-session-id"], "lake_move", {"action": "down"})
     assert start == again and start["position"] == 0
-    assert "SFHF" in start["grid"].replace("\x1b[41m", "").replace("\x1b[0m", "").replace("\n", "")
+    assert start["grid"] == "xFHF\nFHFF\nFFFH\nFHFG"
     assert status == {"terminated": False, "truncated": False, "step_count": 0, "total_reward": 0.0}
     assert json.loads(moved["content"][0]["text"])["position"] == 4
 

@@ -122,7 +122,7 @@ def test_reset_answers_the_episodes_initial_observation(live):
     assert reply == {
         "type": "observation",
         "data": {
-            "observation": {"position": 0, "grid": "\n\x1b[41mS\x1b[0mFHF\nFHFF\nFFFH\nFHFG\n", "metadata": {}},
+            "observation": {"position": 0, "grid": "xFHF\nFHFF\nFFFH\nFHFG", "metadata": {}},
             "reward": 0.0,
             "done": False,
         },
