@@ -3,40 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import importlib
+import contextlib
+import json
 import socket
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from ors_server.environment import Environment
+from ors_server.loading import LoadError, resolve_environments
+from ors_server.registry import Registry
 from ors_server.settings import Settings
 from ors_server.types import Split
 
-
-def builtin_environments() -> list[type[Environment]]:
-    from environments import BUILTIN_ENVIRONMENTS
-
-    return list(BUILTIN_ENVIRONMENTS)
-
-
-def resolve_environments(names: Sequence[str]) -> list[type[Environment]]:
-    """Built-in environments by name, or any environment by import path (`package.module:Class`)."""
-    builtins = {env_cls.name.lower(): env_cls for env_cls in builtin_environments()}
-    if not names:
-        return list(builtins.values())
-    resolved = []
-    for name in names:
-        if ":" in name:
-            module, _, attr = name.partition(":")
-            env_cls = getattr(importlib.import_module(module), attr)
-            if not (isinstance(env_cls, type) and issubclass(env_cls, Environment)):
-                raise SystemExit(f"{name} is not an Environment subclass")
-        elif name.lower() in builtins:
-            env_cls = builtins[name.lower()]
-        else:
-            raise SystemExit(f"unknown environment '{name}'; built-in ones: {', '.join(builtins)}")
-        resolved.append(env_cls)
-    return resolved
+LOAD_ERROR_EXIT = 2  # as argparse exits for a usage error: the command line names something that is not there
 
 
 # The `serve` flags that set one Settings field each: (field, type, metavar, help). The flag is the field's
@@ -62,13 +43,50 @@ SETTING_FLAGS: list[tuple[str, type, str, str]] = [
 ]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ors-server", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated flags (`--sess 5` is a mistake, not `--session-timeout 5`), and a subcommand reports its own
+    unknown arguments with its own usage (argparse leaves them to the top-level parser)."""
 
-    serve = commands.add_parser("serve", help="serve environments over ORS, MCP and the control plane")
-    serve.add_argument("--host", default=Settings.host)
-    serve.add_argument("--port", type=int, default=Settings.port)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_abbrev=False, formatter_class=_Help, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
+class _Help(argparse.HelpFormatter):
+    """Each flag's default after its help, where there is one to show (not for flags that are off or unset)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, [], argparse.SUPPRESS) and action.option_strings
+        if shown and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ors-server", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    serve = commands.add_parser(
+        "serve", help="serve environments over ORS, MCP and the control plane", description="Serve environments."
+    )
+    serve.add_argument("--host", default=Settings.host, help="address to listen on")
+    serve.add_argument("--port", type=int, default=Settings.port, help="port to listen on")
     serve.add_argument(
         "--env",
         action="append",
@@ -80,7 +98,13 @@ def _parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         serve.add_argument(flag, dest=name, type=kind, default=getattr(Settings, name), metavar=metavar, help=text)
     serve.add_argument("--api-key", default=None, help="require this key (default: $ORS_API_KEY; none: open)")
-    serve.add_argument("--allowed-host", action="append", default=[], metavar="HOST[:PORT]")
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="a Host header to accept besides loopback and --host (name:port, name, or name:*); repeat for more",
+    )
     serve.add_argument(
         "--codeact",
         action="store_true",
@@ -121,17 +145,32 @@ def _parser() -> argparse.ArgumentParser:
         "--ray-worker-cpus", type=float, default=1.0, metavar="N", help="CPUs Ray reserves for each worker"
     )
     serve.add_argument(
-        "--log-level", default=Settings.log_level, choices=["critical", "error", "warning", "info", "debug"]
+        "--ray-runtime-env",
+        type=_json_object,
+        default=None,
+        metavar="JSON",
+        help='Ray runtime_env of the deployment, e.g. \'{"working_dir": "."}\' or \'{"py_modules": ["mymodule.py"]}\': '
+        "how a module:Class environment reaches the other nodes",
+    )
+    serve.add_argument(
+        "--log-level",
+        default=Settings.log_level,
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="log level (debug also shows the traceback behind an environment that fails to load)",
     )
 
-    envs = commands.add_parser("envs", help="list environments with their tools and splits")
-    envs.add_argument("--env", action="append", default=[], metavar="NAME")
+    envs = commands.add_parser(
+        "envs", help="list environments with their tools and splits", description="List environments."
+    )
+    envs.add_argument(
+        "--env", action="append", default=[], metavar="NAME", help="this environment (default: all built-ins)"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    environments = resolve_environments(args.env)
+    environments = _load(args.env, getattr(args, "log_level", "info") == "debug")
     if args.command == "envs":
         for env_cls in environments:
             splits = ", ".join(Split.of(s).name for s in env_cls.list_splits())
@@ -173,14 +212,51 @@ def main(argv: Sequence[str] | None = None) -> None:
             from ors_server.scale import on_ray
         except ImportError:
             raise SystemExit("ors-server: --ray needs Ray: pip install 'ors-server[ray]'") from None
-        on_ray.serve(args.env, settings, args.workers, args.ray or None, args.ray_placement, args.ray_worker_cpus)
+        with _listen_errors():
+            on_ray.serve(
+                args.env,
+                settings,
+                args.workers,
+                args.ray or None,
+                args.ray_placement,
+                args.ray_worker_cpus,
+                args.ray_runtime_env,
+            )
         return
+    if args.ray_runtime_env is not None:
+        raise SystemExit("ors-server: --ray-runtime-env needs --ray")
     if args.workers is not None:
         from ors_server.scale import local
 
-        local.serve(args.env, settings, args.workers, args.fronts)
+        with _listen_errors():
+            local.serve(args.env, settings, args.workers, args.fronts)
         return
     Server(environments, settings).run()
+
+
+def _load(specs: Sequence[str], debug: bool) -> list[type[Environment]]:
+    """The environments `specs` name, checked as a server would check them; a mistake is one line and exit 2
+    (with the traceback behind it at `--log-level debug`)."""
+    try:
+        environments = resolve_environments(specs)
+        Registry(environments)
+    except (LoadError, ValueError) as exc:
+        if debug:
+            traceback.print_exception(exc)
+        print(f"ors-server: {exc}", file=sys.stderr)
+        raise SystemExit(LOAD_ERROR_EXIT) from None
+    return environments
+
+
+@contextlib.contextmanager
+def _listen_errors() -> Iterator[None]:
+    """An address that cannot be listened on (in use, say), in any mode: one line, exit 1."""
+    from ors_server.server import CannotListen
+
+    try:
+        yield
+    except CannotListen as exc:
+        raise SystemExit(f"ors-server: {exc}") from None
 
 
 def _check_codeact(settings: Settings) -> None:

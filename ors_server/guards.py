@@ -8,6 +8,7 @@ front of a deployment makes the same header checks (`HeaderChecks`) before it re
 from __future__ import annotations
 
 import hmac
+import re
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,6 +20,19 @@ from ors_server.hosts import AllowedHosts
 OPEN_PATHS = {"/health"}
 SINGLE_HEADERS = (b"host", b"origin")
 """Headers a request may carry once at most: with two, one check could read one and a later reader the other."""
+
+
+# A Host echoed in the hint: a name or address with its port, nothing a terminal or a log could misread.
+_SHOWABLE_HOST = re.compile(r"[A-Za-z0-9.\-\[\]:]{1,255}")
+
+
+def host_refusal(host: str) -> str:
+    """The 421's message: the MCP SDK's headline, then how an operator lets this host in."""
+    shown = host if _SHOWABLE_HOST.fullmatch(host) else "HOST[:PORT]"
+    return (
+        "Invalid Host header: this server answers only loopback names, its --host address and every "
+        f"--allowed-host; to accept this one, start it with --allowed-host {shown}"
+    )
 
 
 class HeaderChecks:
@@ -58,7 +72,7 @@ class HeaderChecks:
         """The refusal for a request from outside the allowed hosts, as the MCP SDK answers it; else None."""
         host = headers.get(b"host", b"").decode("latin-1")
         if not self.hosts.allows_host(host):
-            return Refused(421, "Invalid Host header")
+            return Refused(421, host_refusal(host))
         origin = headers.get(b"origin")
         if origin is not None and not self.hosts.allows_origin(origin.decode("latin-1")):
             return Refused(403, "Invalid Origin header")
@@ -148,7 +162,8 @@ async def refuse_websocket(scope: Scope, receive: Receive, send: Send, refusal: 
     """Refuse a WebSocket handshake for `refusal`: a stranger Host or Origin with a close (403, the answer a
     browser's page gets, as before), anything else with `response` where the server can send one."""
     if refusal.status in (421, 403):
-        await send({"type": "websocket.close", "code": 1008, "reason": refusal.message})
+        # A close reason has at most 123 bytes: the headline only ("Invalid Host header").
+        await send({"type": "websocket.close", "code": 1008, "reason": refusal.message.split(":", 1)[0]})
     else:
         await deny_websocket(scope, receive, send, response)
 

@@ -7,6 +7,7 @@ if __name__ == "__main__":
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gc
 import logging
 import socket
@@ -41,12 +42,59 @@ class Server:
         self.app: Starlette = create_app(environments, self.settings)
 
     def run(self, host: str | None = None, port: int | None = None) -> None:
-        """Serve until interrupted (SIGINT or SIGTERM), then end every session cleanly."""
+        """Serve until interrupted (SIGINT or SIGTERM), then end every session cleanly. An address that cannot
+        be listened on (in use, say) exits with one line naming it."""
         configure_logging(self.settings.log_level)
-        config = uvicorn_config(
-            self.app, self.settings, host=host or self.settings.host, port=self.settings.port if port is None else port
-        )
-        _Uvicorn(config, self.app.state.store).run()
+        host = host or self.settings.host
+        try:
+            sock = bind(host, self.settings.port if port is None else port)
+        except CannotListen as exc:
+            raise SystemExit(f"ors-server: {exc}") from None
+        config = uvicorn_config(self.app, self.settings, host=host, port=sock.getsockname()[1])
+        announce(sock)
+        _Uvicorn(config, self.app.state.store).run(sockets=[sock])
+
+
+BACKLOG = 2048  # uvicorn's default
+
+
+class CannotListen(Exception):
+    """The server's address cannot be bound (the message is one line: the address and why)."""
+
+
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A socket bound to `host:port`, for uvicorn to listen on. Binding before anything else starts (workers,
+    fronts, Ray) makes an address in use one clear line in every mode, instead of uvicorn's log line after the
+    workers started, or a traceback."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        # Listening at once holds the address: two sockets only bound with SO_REUSEADDR could share it.
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CannotListen(
+                f"{host}:{port} is already in use (another process listens there): stop it or choose another --port"
+            ) from None
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def announce(sock: socket.socket) -> None:
+    """Where the server listens (uvicorn says it only when it binds the address itself)."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    logging.getLogger("ors_server").info("serving on http://%s:%d (press CTRL+C to quit)", shown, port)
 
 
 WS_PING_INTERVAL = 20.0

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ors_server.cli import main, resolve_environments
+from ors_server.cli import main
+from ors_server.loading import resolve_environments
 
 
 def test_envs_lists_every_builtin_environment_with_its_tools_and_splits(capsys: pytest.CaptureFixture[str]) -> None:
@@ -28,11 +29,20 @@ def test_environments_resolve_by_name_case_insensitively_and_by_import_path() ->
     assert [env.name for env in resolve_environments([])][0] == "math"
 
 
+def test_a_bad_environment_spec_is_one_line_on_stderr_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for spec, words in [
+        ("nosuch", "unknown environment 'nosuch'"),
+        ("ors_server.types:TextBlock", "is the class TextBlock, not an Environment subclass"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["envs", "--env", spec])
+        assert exit_info.value.code == 2
+        assert words in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["envs", "--env", "nosuch"], "unknown environment 'nosuch'"),
-        (["envs", "--env", "ors_server.types:TextBlock"], "is not an Environment subclass"),
         (["serve", "--session-timeout", "0"], "session_timeout must be positive"),
         (["serve", "--max-sessions", "0"], "max_sessions must be at least 1"),
         (["serve", "--max-header-bytes", "0"], "max_header_bytes must be at least 1"),
@@ -52,3 +62,35 @@ def test_bad_arguments_exit_with_a_message_naming_the_problem(args: list[str], m
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert message in str(exit_info.value)
+
+
+def test_an_unknown_serve_flag_is_reported_with_the_serve_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--timeout", "5"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ors-server serve ")
+    assert "ors-server serve: error: unrecognized arguments: --timeout 5" in err
+
+
+@pytest.mark.parametrize("args", [["serve", "--sess", "5"], ["serve", "--max-sess", "5"], ["envs", "--en", "math"]])
+def test_abbreviated_flags_are_refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert f"unrecognized arguments: {' '.join(args[1:])}" in capsys.readouterr().err
+
+
+def test_serve_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for shown in [
+        "--port PORT port to listen on (default: 8000)",
+        "--host HOST address to listen on (default: 127.0.0.1)",
+        "(default: 900.0)",  # --session-timeout
+        "(default: 10000)",  # --max-sessions
+        "(default: info)",  # --log-level
+    ]:
+        assert shown in help_text
+    assert "(default: None)" not in help_text and "(default: False)" not in help_text

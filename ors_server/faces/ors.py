@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,8 @@ from ors_server.registry import Registry
 from ors_server.scale import ids
 from ors_server.sessions import CallResult, Session, SessionStore, ToolCall, ToolCrashed, ToolRejected
 from ors_server.types import Blocks, Split, ToolOutput
+
+logger = logging.getLogger("ors_server.ors")
 
 FAST_ANSWER_WAIT = 0.5
 """Seconds a call may take and still be answered in one response rather than streamed."""
@@ -263,6 +266,13 @@ async def create(request: Request) -> Response:
     body = await read_body(request, CreateBody)
     env_cls = _registry(request).get(body.env_name)
     request.state.env = env_cls.name
+    if body.env_name is None:
+        logger.debug(
+            "session %s: /create names no env_name (an openreward client without a variant): "
+            "serving the default environment '%s'",
+            sid,
+            env_cls.name,
+        )
     secrets = _secrets(request, body)
     task_spec = body.task_spec
     if task_spec is None:

@@ -22,6 +22,7 @@ import uvicorn
 
 from ors_server.guards import HeaderChecks
 from ors_server.hosts import AllowedHosts
+from ors_server.loading import resolve_environments
 from ors_server.scale.front import Front
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Worker, WorkerTable
@@ -70,7 +71,6 @@ class SupervisedTable:
 
 
 def main() -> None:
-    from ors_server.cli import resolve_environments
     from ors_server.scale.local import front_config
 
     loaded = json.loads(os.environ[SPEC_VARIABLE])
@@ -78,7 +78,7 @@ def main() -> None:
     configure_logging(settings.log_level)
     table = WorkerTable(loaded["workers"])
     supervised = SupervisedTable(table, loaded["control_fd"])
-    refusals = Refusals(resolve_environments(loaded["envs"]), settings)
+    refusals = Refusals(resolve_environments(loaded["envs"], loaded["app_dir"]), settings)
     front = Front(
         table,
         refusals,

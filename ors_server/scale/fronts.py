@@ -41,7 +41,7 @@ from ors_server.scale.children import wait_or_kill
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.local import RESTART_BACKOFF, LocalWorkers
 from ors_server.scale.table import WorkerTable
-from ors_server.server import configure_logging
+from ors_server.server import bind, configure_logging
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.fronts")
@@ -51,25 +51,21 @@ def loop_time() -> float:
     return asyncio.get_running_loop().time()
 
 
-BACKLOG = 2048
 STEADY = 10.0  # a front that ran this long before exiting restarts at once, with no backoff
 
 
 def listeners(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` listening sockets on one address, in one SO_REUSEPORT group (port 0: the first one's port)."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
+    """`count` listening sockets on one address, in one SO_REUSEPORT group (port 0: the first one's port).
+
+    A plain bind first: an address in use, even by another SO_REUSEPORT group of ours, is refused (CannotListen)
+    instead of silently shared with that other deployment."""
+    bind(host, port).close()
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
-            sock = socket.socket(family, kind, proto)
+            sock = bind(host, port, reuse_port=True)
             sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind(address)
-            sock.listen(BACKLOG)
-            address = sock.getsockname()  # the port chosen for the first, when 0 was asked for
+            port = sock.getsockname()[1]  # the port chosen for the first, when 0 was asked for
     except BaseException:
         for sock in sockets:
             sock.close()
@@ -105,6 +101,7 @@ class FrontGroup:
         listener = self.sockets[index]
         spec = {
             "envs": self.envs,
+            "app_dir": os.getcwd(),
             "settings": self.settings.to_json(),
             "workers": self.table.size,
             "index": index,
@@ -205,6 +202,6 @@ async def _supervise(envs: Sequence[str], settings: Settings, count: int, socket
 
 def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int) -> None:
     """Serve `envs` from `count` worker processes behind `fronts` front processes sharing the port."""
-    configure_logging(settings.log_level)
     sockets = listeners(settings.host, settings.port, fronts)
+    configure_logging(settings.log_level)
     asyncio.run(_supervise(envs, settings, count, sockets))

@@ -28,6 +28,7 @@ import uvicorn
 from ors_server.guards import HeaderChecks
 from ors_server.hosts import AllowedHosts
 from ors_server.http_limits import BoundedHttpToolsProtocol
+from ors_server.loading import resolve_environments
 from ors_server.scale import worker as worker_main
 from ors_server.scale.children import wait_or_kill
 from ors_server.scale.front import Front
@@ -35,7 +36,7 @@ from ors_server.scale.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
-from ors_server.server import configure_logging
+from ors_server.server import announce, bind, configure_logging
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.workers")
@@ -201,13 +202,12 @@ def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) 
     """Serve `envs` from `count` worker processes behind `fronts` fronts on `settings.host:settings.port`.
 
     One front runs in this process; more run as processes of their own sharing the port (`fronts`)."""
-    from ors_server.cli import resolve_environments
-
     if fronts > 1:
         from ors_server.scale import fronts as front_processes
 
         front_processes.serve(envs, settings, count, fronts)
         return
+    sock = bind(settings.host, settings.port)  # before any worker starts: an address in use is one line
     configure_logging(settings.log_level)
     table = WorkerTable(count)
     workers = LocalWorkers(envs, settings, table)
@@ -220,4 +220,5 @@ def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) 
         lifespan=workers.run,
         on_unreachable=workers.unreachable,
     )
-    _FrontServer(front_config(front, settings, refusals), workers).run()
+    announce(sock)
+    _FrontServer(front_config(front, settings, refusals), workers).run(sockets=[sock])

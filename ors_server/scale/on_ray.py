@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import FrameType
@@ -26,12 +27,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ors_server.guards import HeaderChecks
 from ors_server.hosts import AllowedHosts
+from ors_server.loading import resolve_environments
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.local import front_config
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, State, Worker, WorkerTable
-from ors_server.server import configure_logging, uvicorn_config
+from ors_server.server import announce, bind, configure_logging, uvicorn_config
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.ray")
@@ -46,13 +48,14 @@ PLACEMENTS = ("spread", "pack")
 class OrsWorker:
     """One worker: the server under uvicorn inside this actor, on the node's address and a free port."""
 
-    async def start(self, envs: list[str], fields: dict[str, Any]) -> tuple[str, int]:
+    async def start(self, envs: list[str], fields: dict[str, Any], app_dir: str | None) -> tuple[str, int]:
         from ors_server.app import create_app
-        from ors_server.cli import resolve_environments
 
         settings = Settings(**fields)
         configure_logging(settings.log_level)
-        self.app = create_app(resolve_environments(envs), settings)
+        # `module:Class` environments come from the deployment's runtime_env (its working_dir is this actor's
+        # cwd; it and py_modules are on sys.path), or without one from the driver's directory (on its host).
+        self.app = create_app(resolve_environments(envs, app_dir), settings)
         host = ray.util.get_node_ip_address()
         config = uvicorn_config(self.app, settings, host=host, port=0)
         # Signals stay Ray's: uvicorn only captures them on the main thread, and an actor's loop is not there.
@@ -84,8 +87,10 @@ class OrsWorker:
 class Controller:
     """The worker table of one deployment, kept current from the workers' lives and deaths."""
 
-    def __init__(self, envs: list[str], fields: dict[str, Any], count: int, placement: str, cpus: float) -> None:
-        self.envs, self.fields, self.count = envs, fields, count
+    def __init__(
+        self, envs: list[str], fields: dict[str, Any], count: int, placement: str, cpus: float, app_dir: str | None
+    ) -> None:
+        self.envs, self.fields, self.count, self.app_dir = envs, fields, count, app_dir
         self.placement, self.cpus = placement, cpus
         self.rows: list[dict[str, Any] | None] = [None] * count
         self.actors: list[Any] = [None] * count
@@ -173,7 +178,7 @@ class Controller:
         actor = OrsWorker.options(**self._options(index, tag)).remote()  # type: ignore[attr-defined]
         self.actors[index] = actor
         await self._publish(index, {"tag": str(tag), "host": "", "port": 0, "state": State.STARTING.value})
-        host, port = await actor.start.remote(self.envs, fields)
+        host, port = await actor.start.remote(self.envs, fields, self.app_dir)
         await self._publish(index, {"tag": str(tag), "host": host, "port": port, "state": State.LIVE.value})
         self.tasks.append(asyncio.ensure_future(self._watch(index, actor, tag)))
 
@@ -270,27 +275,40 @@ class _RayFrontServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def controller_for(envs: Sequence[str], settings: Settings, count: int, placement: str, cpus: float) -> Any:
+def controller_for(
+    envs: Sequence[str], settings: Settings, count: int, placement: str, cpus: float, app_dir: str | None = None
+) -> Any:
     """The deployment's controller: the running one of that name, or a new detached one."""
     per_worker = dataclasses.replace(settings, max_sessions=math.ceil(settings.max_sessions / count), api_key=None)
     fields = {k: v for k, v in dataclasses.asdict(per_worker).items()}
     fields["api_key"] = settings.api_key  # travels inside Ray, never on a command line
     return Controller.options(  # type: ignore[attr-defined]
         name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True
-    ).remote(list(envs), fields, count, placement, cpus)
+    ).remote(list(envs), fields, count, placement, cpus, app_dir)
 
 
 def serve(
-    envs: Sequence[str], settings: Settings, count: int, address: str | None, placement: str, cpus: float
+    envs: Sequence[str],
+    settings: Settings,
+    count: int,
+    address: str | None,
+    placement: str,
+    cpus: float,
+    runtime_env: dict[str, Any] | None = None,
 ) -> None:
-    """Serve `envs` from `count` Ray-actor workers behind a front on `settings.host:settings.port`."""
-    from ors_server.cli import resolve_environments
+    """Serve `envs` from `count` Ray-actor workers behind a front on `settings.host:settings.port`.
 
+    `runtime_env` (Ray's: `working_dir`, `py_modules`, `pip`, ...) is the job's, so the controller and every
+    worker it starts run in it: that is how a `module:Class` environment reaches the other nodes."""
+    sock = bind(settings.host, settings.port)  # before Ray starts: an address in use is one line
     configure_logging(settings.log_level)
-    ray.init(address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env
+    )
     try:
         table = WorkerTable(count)
-        membership = RayMembership(controller_for(envs, settings, count, placement, cpus), table)
+        app_dir = None if runtime_env else os.getcwd()
+        membership = RayMembership(controller_for(envs, settings, count, placement, cpus, app_dir), table)
         refusals = Refusals(resolve_environments(envs), settings)
         front = Front(
             table,
@@ -302,6 +320,7 @@ def serve(
         )
         membership.front = front
         config = front_config(front, settings, refusals)
-        _RayFrontServer(config, membership).run()
+        announce(sock)
+        _RayFrontServer(config, membership).run(sockets=[sock])
     finally:
         ray.shutdown()

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 from ors_server.app import create_app
+from ors_server.loading import resolve_environments
 from ors_server.server import _Uvicorn, configure_logging, uvicorn_config
 from ors_server.settings import Settings
 
@@ -21,8 +22,9 @@ SPEC_VARIABLE = "ORS_WORKER_SPEC"
 
 
 def spec(envs: Sequence[str], settings: Settings, uds: str) -> str:
-    """The JSON a worker process is started with (the API key is left out: it travels in the environment)."""
-    return json.dumps({"envs": list(envs), "settings": settings.to_json(), "uds": uds})
+    """The JSON a worker process is started with (the API key is left out: it travels in the environment).
+    `app_dir` is the supervisor's working directory, where `--env module:Class` modules are imported from."""
+    return json.dumps({"envs": list(envs), "settings": settings.to_json(), "uds": uds, "app_dir": os.getcwd()})
 
 
 def _exit_with_parent() -> None:
@@ -38,12 +40,10 @@ def _exit_with_parent() -> None:
 
 
 def main() -> None:
-    from ors_server.cli import resolve_environments
-
     loaded = json.loads(os.environ[SPEC_VARIABLE])
     settings = Settings.from_json(loaded["settings"])
     configure_logging(settings.log_level)
-    app = create_app(resolve_environments(loaded["envs"]), settings)
+    app = create_app(resolve_environments(loaded["envs"], loaded["app_dir"]), settings)
     config = uvicorn_config(app, settings, uds=loaded["uds"])
     _exit_with_parent()
     _Uvicorn(config, app.state.store).run()

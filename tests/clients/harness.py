@@ -73,8 +73,9 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def run_server(log_dir: Path, *args: str) -> Iterator[Server]:
-    """`ors-server serve --port <free port> *args` as a subprocess until the block ends, then SIGTERM."""
+def run_server(log_dir: Path, *args: str, cwd: Path | None = None) -> Iterator[Server]:
+    """`ors-server serve --port <free port> *args` (started in `cwd`) as a subprocess until the block ends,
+    then SIGTERM."""
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"server-{port}.log"
@@ -84,6 +85,7 @@ def run_server(log_dir: Path, *args: str) -> Iterator[Server]:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            cwd=cwd,
         )
     server = Server(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
     try:

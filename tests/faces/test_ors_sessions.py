@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -98,6 +99,20 @@ def test_create_matches_env_name_case_insensitively(client: httpx.Client) -> Non
 def test_create_without_env_name_uses_the_default_environment(client: httpx.Client) -> None:
     sid = create(client, math_task(3))
     assert client.get("/mathlike/prompt", headers=sid_header(sid)).json()[0]["text"] == "What is 9-1?"
+
+
+def test_create_without_env_name_logs_which_environment_it_got_at_debug(
+    client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="ors_server"):
+        sid = create(client, math_task(3))
+        create(client, math_task(3), env_name="mathlike")
+    [record] = [r for r in caplog.records if "env_name" in r.getMessage()]
+    assert record.levelno == logging.DEBUG
+    assert record.getMessage() == (
+        f"session {sid}: /create names no env_name (an openreward client without a variant): "
+        "serving the default environment 'mathlike'"
+    )
 
 
 @pytest.mark.parametrize(("split", "index"), [("train", 2), ("test", 0)])

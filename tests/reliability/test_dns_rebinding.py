@@ -80,6 +80,16 @@ def test_loopback_names_any_port_and_allowed_hosts_are_served(live, session, met
         assert answered.status_code < 400, (host, origin, answered.status_code, answered.text)
 
 
+def test_the_421_names_the_flag_and_the_host_to_add(live):
+    refused = send(live, None, "GET", "/list_environments", None, host="envs.public:8000")
+    assert refused.json()["detail"] == (
+        "Invalid Host header: this server answers only loopback names, its --host address and every "
+        "--allowed-host; to accept this one, start it with --allowed-host envs.public:8000"
+    )
+    mangled = send(live, None, "GET", "/list_environments", None, host="evil.example/<b>")
+    assert mangled.json()["detail"].endswith("start it with --allowed-host HOST[:PORT]")
+
+
 def test_an_allowed_name_on_another_port_is_refused(live):
     assert send(live, None, "GET", "/list_environments", None, host="envs.internal:9999").status_code == 421
 
