@@ -24,6 +24,7 @@ from tests.faces.mcp_helpers import mcp_client, raw_initialize, text
 from tests.scale.deployment import ROOT, Deployment, ids_on, owner, stop, wait_healthy
 from tests.scale.test_workers import COUNTER, key, ors_session, sse_call
 from tests.serving import free_port
+from tests.test_loading import GUESS
 
 ray = pytest.importorskip("ray", reason="the ray extra is part of the test extra")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -63,10 +64,16 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
         pids = ray_pids(cluster)
         port = free_port()
         log = tmp_path_factory.mktemp("ray") / "front.log"
+        # A user's own environment module, shipped to the nodes as the README shows: the working directory.
+        project = tmp_path_factory.mktemp("project")
+        (project / "guessing.py").write_text(GUESS)
         command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--workers", "2"]
-        command += ["--ray", cluster.address, "--env", COUNTER, "--log-level", "warning"]
+        command += ["--ray", cluster.address, "--env", COUNTER, "--env", "guessing:Guess", "--log-level", "warning"]
+        command += ["--ray-runtime-env", json.dumps({"working_dir": "."})]
         with log.open("wb") as output:
-            process = subprocess.Popen(command, env=os.environ.copy(), stdout=output, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                command, env=os.environ.copy(), stdout=output, stderr=subprocess.STDOUT, cwd=project
+            )
         front = Deployment(f"http://127.0.0.1:{port}", process, log)
         try:
             wait_healthy(front)
@@ -122,6 +129,18 @@ async def test_workers_are_spread_over_both_nodes_and_an_episode_crosses_every_f
             assert status.status_code == 200
         metrics = (await http.get("/metrics")).text
         assert 'worker="0"' in metrics and 'worker="1"' in metrics
+
+
+async def test_an_environment_module_reaches_every_worker_through_the_runtime_env(deployed):
+    async with httpx.AsyncClient(base_url=deployed.front.url, timeout=60) as http:
+        rewards: dict[int, str] = {}
+        while len(rewards) < 2:
+            sid = (await http.post("/create_session")).json()["sid"]
+            body = {"env_name": "guess", "split": "train", "index": 0}
+            assert (await http.post("/create", json=body, headers=key(sid))).status_code == 200
+            result = await sse_call(http, sid, "guess", {"guess": 3})
+            rewards[owner(sid)] = result["output"]["reward"]
+    assert rewards == {0: 1.0, 1: 1.0}
 
 
 async def test_removing_a_node_fails_its_sessions_fast_and_leaves_the_other_worker_serving(deployed):
