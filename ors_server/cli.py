@@ -40,6 +40,9 @@ SETTING_FLAGS: list[tuple[str, type, str, str]] = [
     ("body_timeout", float, "S", "seconds a client has to send a request's body"),
     ("max_output_chars", int, "N", "largest tool result"),
     ("codeact_timeout", float, "S", "wall-clock seconds one execute_code step may run"),
+    ("codeact_memory_bytes", int, "N", "address space of an execute_code step's process (RLIMIT_AS)"),
+    ("codeact_max_threads", int, "N", "threads an execute_code step may run at once (RLIMIT_NPROC in its sandbox)"),
+    ("codeact_disk_bytes", int, "N", "size of an execute_code step's /tmp tmpfs, the only place it can write"),
 ]
 
 

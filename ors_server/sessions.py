@@ -176,6 +176,8 @@ class Episode:
     """Calls that timed out but whose thread still runs: while there are any, calls are refused (session_busy)."""
     waiting: set[anyio.CancelScope] | None = None
     """Calls queued for the lock, refused at once if the call ahead of them times out (made by the first)."""
+    step: anyio.CancelScope | None = None
+    """The CodeAct step running in the episode: cancelled (its sandbox killed) when the episode ends."""
     step_count: int = 0
     last_reward: float = 0.0
     total_reward: float = 0.0
@@ -590,6 +592,8 @@ class SessionStore:
         """Mark an episode ended; returns whether it is ours to tear down now (else `_start` will)."""
         episode.ended = True
         episode.ready.set()  # wake requests waiting for its setup: they now see it is gone
+        if episode.step is not None:
+            episode.step.cancel()  # agent code dies with its session, at once (not at the step's own timeout)
         for waiter in list(episode.waiting or ()):
             waiter.cancel()
         return episode.built
@@ -1070,14 +1074,22 @@ class SessionStore:
         limits = Limits(
             timeout=timeout,
             memory_bytes=settings.codeact_memory_bytes,
+            processes=settings.codeact_max_threads,
+            tmp_bytes=settings.codeact_disk_bytes,
             output_chars=min(settings.codeact_output_chars, settings.max_output_chars),
         )
         tools = tool_specs(self._tools(session.env_cls, session))
-        try:
-            sandbox = sandbox_mode(settings.codeact_sandbox)
-            step = await run_step(code, tools, call_tool, limits=limits, sandbox=sandbox)
-        except (SandboxUnavailable, OSError) as exc:
-            return ToolCrashed(f"execute_code could not start: {exc}")
+        with anyio.CancelScope() as scope:
+            episode.step = scope
+            try:
+                sandbox = sandbox_mode(settings.codeact_sandbox)
+                step = await run_step(code, tools, call_tool, limits=limits, sandbox=sandbox)
+            except (SandboxUnavailable, OSError) as exc:
+                return ToolCrashed(f"execute_code could not start: {exc}")
+            finally:
+                episode.step = None
+        if scope.cancelled_caught:
+            return self._ended(EXECUTE_CODE_TOOL.name)
         if step.stderr:
             logger.debug("execute_code stderr: %s", session.redact(step.stderr), extra={"session_id": session.id})
         text = session.redact(observation(step))

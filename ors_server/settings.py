@@ -73,7 +73,11 @@ class Settings:
     codeact_timeout: float = 30.0
     """Wall-clock seconds one `execute_code` step may run, its tool calls included."""
     codeact_memory_bytes: int = 512 * 1024 * 1024
-    """The address-space limit of a step's process."""
+    """The address-space limit of a step's process (RLIMIT_AS; a step is one process)."""
+    codeact_max_threads: int = 64
+    """Threads a step may run at once, counted in its own sandbox (RLIMIT_NPROC; it cannot start processes)."""
+    codeact_disk_bytes: int = 16 * 1024 * 1024
+    """The size of a step's /tmp, the only place it can write (a tmpfs, so memory; the rest is read-only)."""
     codeact_output_chars: int = 64 * 1024
     """What a step prints, and its value, are each cut to this many characters."""
     worker_tag: str | None = None
@@ -105,6 +109,8 @@ class Settings:
             "max_replay_chars",
             "tombstones",
             "codeact_memory_bytes",
+            "codeact_max_threads",
+            "codeact_disk_bytes",
             "codeact_output_chars",
             "tool_threads",
             "discovery_threads",

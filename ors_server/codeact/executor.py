@@ -3,8 +3,9 @@
 Each step is a new process (`child.py`), so a step starts from a known state, a killed step leaves nothing
 behind, and nothing of one step (or one session) is visible to the next. The parent owns every limit that
 must hold even against hostile code: the wall clock (the whole process group is killed), the size of every
-protocol message, and what it accepts on the protocol. The child applies the rlimits (memory, CPU, file
-size, open files) to itself before the agent's code runs.
+protocol message, and what it accepts on the protocol. The child applies the rlimits (memory, processes and
+threads, CPU, file size, open files) to itself, inside the sandbox, before the agent's code runs. Cancelling
+`run_step` (the session ended) kills the process at once.
 
 Tool calls from the code come back over the pipe as `{"call", "arguments"}`; `run_step` hands them to the
 caller's `call_tool`, which runs them through the session's call pipeline in-process. Nothing is sent over
@@ -19,7 +20,6 @@ import math
 import os
 import signal
 import subprocess
-import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -29,7 +29,8 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ors_server.codeact.sandbox import SandboxMode, check_sandbox, launch, no_fork_filter
+from ors_server.codeact.sandbox import SandboxMode, check_sandbox, launch
+from ors_server.sandbox import Resources, closing_fd, private_dir, remove_tree, seccomp_fd
 
 KILL_WAIT = 5.0
 STDERR_KEEP = 4096
@@ -41,6 +42,11 @@ class Limits:
 
     timeout: float = 30.0
     memory_bytes: int = 512 * 1024 * 1024
+    """The address space of the step's process."""
+    processes: int = 64
+    """Threads the step may have at once (it cannot start processes), the sandbox's init included."""
+    tmp_bytes: int = 16 * 1024 * 1024
+    """The size of the step's /tmp, the only place it can write (a tmpfs: memory)."""
     output_chars: int = 64 * 1024
     """What the code prints and returns is cut to this many characters each (with a note saying so)."""
     message_bytes: int = 4 * 1024 * 1024
@@ -83,14 +89,19 @@ def child_program() -> str:
     return resources.files("ors_server.codeact").joinpath("child.py").read_text(encoding="utf-8")
 
 
-def _rlimits(limits: Limits) -> dict[str, int]:
-    return {
-        "RLIMIT_AS": limits.memory_bytes,
-        "RLIMIT_CPU": math.ceil(limits.timeout) + 1,
-        "RLIMIT_FSIZE": limits.file_bytes,
-        "RLIMIT_NOFILE": limits.open_files,
-        "RLIMIT_CORE": 0,
-    }
+def _rlimits(limits: Limits, sandbox: SandboxMode) -> dict[str, int]:
+    resources = Resources(
+        memory_bytes=limits.memory_bytes,
+        processes=limits.processes,
+        tmp_bytes=limits.tmp_bytes,
+        file_bytes=limits.file_bytes,
+        open_files=limits.open_files,
+    )
+    rlimits = {**resources.rlimits(), "RLIMIT_CPU": math.ceil(limits.timeout) + 1}
+    if sandbox == "none":
+        # Outside a user namespace of its own, RLIMIT_NPROC would count every process of the server's user.
+        del rlimits["RLIMIT_NPROC"]
+    return rlimits
 
 
 class _ProtocolError(Exception):
@@ -111,39 +122,35 @@ async def run_step(
     """
     check_sandbox(sandbox)
     result = StepResult()
-    with contextlib.ExitStack() as stack:
-        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ors-codeact-"))
-        seccomp_fd = None
-        program = no_fork_filter() if sandbox == "bwrap" else None
-        if program is not None:
-            seccomp_fd = os.memfd_create("ors-codeact-seccomp")
-            stack.callback(os.close, seccomp_fd)
-            os.write(seccomp_fd, program)
-            os.lseek(seccomp_fd, 0, os.SEEK_SET)
-        how = launch(sandbox, child_program(), workdir, seccomp_fd)
-        process = await anyio.open_process(
-            how.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=how.cwd,
-            env=how.env,
-            start_new_session=True,  # one process group: the kill reaches everything the step started
-            pass_fds=how.pass_fds,
-        )
-        if seccomp_fd is not None:
-            stack.close()  # bwrap has its copy; the filter is read once
+    workdir = private_dir("codeact")
+    try:
+        # bwrap reads the filter once, at its start: the fd is closed as soon as the process runs.
+        with closing_fd(seccomp_fd(no_fork=True) if sandbox == "bwrap" else None) as seccomp:
+            how = launch(sandbox, child_program(), str(workdir), seccomp, tmp_bytes=limits.tmp_bytes)
+            process = await anyio.open_process(
+                how.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=how.cwd,
+                env=how.env,
+                start_new_session=True,  # one process group: the kill reaches everything the step started
+                pass_fds=how.pass_fds,
+            )
         try:
             async with anyio.create_task_group() as task_group:
                 task_group.start_soon(_drain_stderr, process, result)
                 with anyio.move_on_after(limits.timeout) as scope:
-                    await _converse(process, code, tools, call_tool, limits, result)
+                    await _converse(process, code, tools, call_tool, limits, _rlimits(limits, sandbox), result)
                 if scope.cancelled_caught:
                     result.error = f"TimeoutError: the code did not finish within {limits.timeout:g} s and was stopped"
                 await _kill(process)
         finally:
+            # Also when the caller is cancelled (its session ended): the kill comes first, before any wait.
             with anyio.CancelScope(shield=True):
                 await _kill(process)
+    finally:
+        remove_tree(workdir)
     return result
 
 
@@ -153,6 +160,7 @@ async def _converse(
     tools: Sequence[ToolSpec],
     call_tool: ToolCaller,
     limits: Limits,
+    rlimits: dict[str, int],
     result: StepResult,
 ) -> None:
     assert process.stdin is not None and process.stdout is not None
@@ -160,7 +168,7 @@ async def _converse(
         "code": code,
         "tools": [{"name": t.name, "description": t.description, "params": list(t.params)} for t in tools],
         "limits": {
-            "rlimits": _rlimits(limits),
+            "rlimits": rlimits,
             "output_chars": limits.output_chars,
             "memory_bytes": limits.memory_bytes,
         },

@@ -6,6 +6,9 @@ a recording callback. Through the session core and the faces, see `test_execute_
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 from typing import Any
 
 import anyio
@@ -236,3 +239,145 @@ async def test_steps_run_concurrently_and_a_hung_one_holds_up_no_other(sandbox: 
 async def test_an_unavailable_sandbox_is_a_plain_error() -> None:
     with pytest.raises(SandboxUnavailable, match="ORS_CODEACT_SANDBOX=none"):
         await step("1")
+
+
+# The hardening every sandbox shares (`ors_server.sandbox`), and a step's resource limits.
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in os.listdir(f"/proc/{parent}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{parent}/task/{task}/children") as file:
+                children = [int(child) for child in file.read().split()]
+                found += children
+                todo += children
+    return found
+
+
+def host_uids(pid: int) -> list[int]:
+    """The real, effective, saved and file-system uids of `pid` as the host sees them."""
+    with open(f"/proc/{pid}/status") as file:
+        return [int(n) for line in file if line.startswith("Uid:") for n in line.split()[1:]]
+
+
+@needs_bwrap
+async def test_a_step_is_never_root_outside_its_sandbox_and_cannot_write_proc() -> None:
+    # A step once ran as the server's uid 0 outside its namespaces, with /proc/sys writable: it could rewrite
+    # /proc/sys/kernel/core_pattern. Here it writes a sysctl's own value back (harmless even if it succeeded) and
+    # opens other files of /proc for writing without writing anything.
+    code = (
+        "import errno, os\n"
+        "refused = {}\n"
+        "path = '/proc/sys/fs/lease-break-time'\n"
+        "value = open(path).read()\n"
+        "try:\n"
+        "    with open(path, 'w') as file:\n"
+        "        file.write(value)\n"
+        "    refused[path] = None\n"
+        "except OSError as exc:\n"
+        "    refused[path] = errno.errorcode[exc.errno]\n"
+        "for path in ['/proc/sysrq-trigger', '/proc/1/mem', '/proc/self/oom_score_adj']:\n"
+        "    try:\n"
+        "        os.close(os.open(path, os.O_WRONLY))\n"
+        "        refused[path] = None\n"
+        "    except OSError as exc:\n"
+        "        refused[path] = errno.errorcode[exc.errno]\n"
+        "look()\n"
+        "return (os.getuid(), refused)"
+    )
+    seen: list[list[int]] = []
+
+    async def look(name: str, arguments: dict[str, Any]) -> Any:
+        # While the step waits for this answer: every process of the sandbox, as the host sees them.
+        seen.extend(host_uids(pid) for pid in descendants(os.getpid()))
+        return "looked"
+
+    result = await run_step(code, [ToolSpec("look")], look, limits=LIMITS)
+    assert result.error is None and result.value is not None, result
+    uid, refused = eval(result.value)
+    assert uid == 65534
+    assert seen and all(uids == [65534] * 4 if os.geteuid() == 0 else 0 not in uids for uids in seen), seen
+    assert all(refused.values()), refused
+
+
+@needs_bwrap
+async def test_the_sandboxs_pid_1_cannot_be_traced_from_inside() -> None:
+    code = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "seized = libc.ptrace(0x4206, 1, 0, 0)  # PTRACE_SEIZE: does not stop pid 1, should it ever succeed\n"
+        "error = ctypes.get_errno()\n"
+        "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+        "return (seized, error, *(status[k].strip() for k in ('NoNewPrivs', 'CapEff', 'CapBnd', 'Seccomp')))"
+    )
+    result, _ = await step(code)
+    assert result.error is None and result.value is not None, result
+    assert eval(result.value) == (-1, errno.EPERM, "1", "0" * 16, "0" * 16, "2")
+
+
+THREADS = (
+    "import threading\n"
+    "threading.stack_size(64 * 1024)\n"
+    "stop = threading.Event()\n"
+    "started = 0\n"
+    "try:\n"
+    "    for _ in range(3000):\n"
+    "        threading.Thread(target=stop.wait, daemon=True).start()\n"
+    "        started += 1\n"
+    "except RuntimeError:\n"
+    "    pass\n"
+)
+
+
+@needs_bwrap
+async def test_a_step_starts_threads_up_to_its_limit_and_no_step_takes_anothers() -> None:
+    # All steps run as uid 65534; the thread limit counts in each sandbox's own user namespace.
+    limits = Limits(timeout=30, processes=32)
+    holding = anyio.Event()
+    release = anyio.Event()
+    counts: dict[str, int] = {}
+
+    async def hold(name: str, arguments: dict[str, Any]) -> Any:
+        holding.set()
+        await release.wait()
+        return "released"
+
+    async def first() -> None:
+        result = await run_step(THREADS + "hold()\nreturn started", [ToolSpec("hold")], hold, limits=limits)
+        assert result.value is not None, result
+        counts["first"] = int(result.value)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            await holding.wait()  # the first step holds its threads meanwhile
+            second, _ = await step(THREADS + "return started", limits)
+            release.set()
+    assert second.value is not None, second
+    counts["second"] = int(second.value)
+    # The sandbox's init and the step's main thread count too.
+    assert counts == {"first": 30, "second": 30}
+
+
+@needs_bwrap
+async def test_a_step_writes_only_to_its_small_tmp() -> None:
+    code = (
+        "import errno\n"
+        "out = {}\n"
+        "for path in ['/x', '/dev/x', '/usr/x', '/tmp/x']:\n"
+        "    try:\n"
+        "        with open(path, 'wb') as file:\n"
+        "            for _ in range(64):\n"
+        "                file.write(b'x' * (1024 * 1024))\n"
+        "                file.flush()\n"
+        "        out[path] = 'written'\n"
+        "    except OSError as exc:\n"
+        "        out[path] = errno.errorcode[exc.errno]\n"
+        "return out"
+    )
+    limits = Limits(timeout=30, tmp_bytes=4 * 1024 * 1024, file_bytes=128 * 1024 * 1024)
+    result, _ = await step(code, limits)
+    assert result.error is None and result.value is not None, result
+    assert eval(result.value) == {"/x": "EROFS", "/dev/x": "EROFS", "/usr/x": "EROFS", "/tmp/x": "ENOSPC"}
