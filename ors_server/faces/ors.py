@@ -43,6 +43,8 @@ FAST_ANSWER_WAIT = 0.5
 """Seconds a call may take and still be answered in one response rather than streamed."""
 ORS_REASONS = {"not_found", "name_collision", "input_validation", "episode_finished"}
 _blocks = TypeAdapter(Blocks)
+SESSION_TIMEOUT_HEADER = "X-Session-Timeout"
+"""On `/create`: the idle seconds after which the server reaps the session (`--session-timeout`)."""
 
 
 # Request bodies.
@@ -279,7 +281,10 @@ async def create(request: Request) -> Response:
         assert body.split is not None and body.index is not None
         task_spec = await _get_task(_store(request), env_cls, body.split, body.index)
     _store(request).create(sid, env_cls, task_spec, secrets)
-    return JSONResponse({"sid": sid})
+    # Clients keep a session alive by pinging within this many idle seconds (`ors-client` pings at a third).
+    # `X-Episode-Labels` (key=value,...) is accepted and not stored yet.
+    timeout = request.app.state.settings.session_timeout
+    return JSONResponse({"sid": sid}, headers={SESSION_TIMEOUT_HEADER: f"{timeout:g}"})
 
 
 async def ping(request: Request) -> Response:

@@ -15,6 +15,7 @@ Run `python tests/clients/client_venvs.py` to build every venv ahead of the test
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -31,7 +32,11 @@ VENVS: dict[str, tuple[str, ...]] = {
     "eval-protocol": ("eval-protocol==0.3.33",),
     # openenv 0.10 pins mcp 1.x and fastmcp 3.x; its CLI (`openenv validate`) ships in the same wheel.
     "openenv": ("openenv==0.10.0",),
+    # Our own client, installed from this checkout's client/ and nothing else: what a trainer's venv gets.
+    "ors-client": (str(REPO / "client"),),
 }
+LOCAL = {"ors-client": REPO / "client"}
+"""Venvs installed from a directory of this checkout: rebuilt whenever its files change."""
 
 INSTALL_TIMEOUT = 900.0
 """Seconds one `pip install` may take (a cold eval-protocol install is about a minute, ~110 packages)."""
@@ -45,7 +50,30 @@ def venvs_root() -> Path:
 
 def _spec(name: str) -> dict[str, object]:
     # The base interpreter is part of the spec: a venv points at it and breaks if it changes.
-    return {"requirements": list(VENVS[name]), "base_python": sys.version.split()[0], "base_prefix": sys.base_prefix}
+    spec: dict[str, object] = {
+        "requirements": list(VENVS[name]),
+        "base_python": sys.version.split()[0],
+        "base_prefix": sys.base_prefix,
+    }
+    if name in LOCAL:
+        spec["source"] = _source_digest(LOCAL[name])
+    return spec
+
+
+def _source_files(root: Path) -> list[Path]:
+    skip = {"__pycache__", "build", "dist"}
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not skip & set(p.relative_to(root).parts) and ".egg-info" not in str(p.relative_to(root))
+    )
+
+
+def _source_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in _source_files(root):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def venv_python(name: str) -> Path:
@@ -83,10 +111,20 @@ def _build(name: str) -> None:
     shutil.rmtree(venv, ignore_errors=True)
     log_path = venvs_root() / f"{name}.install.log"
     started = time.monotonic()
+    requirements = list(VENVS[name])
+    if name in LOCAL:
+        # Installed from a copy, so that building leaves no build/ or .egg-info in the checkout.
+        copy = venvs_root() / f"{name}.source"
+        shutil.rmtree(copy, ignore_errors=True)
+        for path in _source_files(LOCAL[name]):
+            target = copy / path.relative_to(LOCAL[name])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        requirements = [str(copy)]
     with open(log_path, "w") as log:
         steps = [
             [sys.executable, "-m", "venv", str(venv)],
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *VENVS[name]],
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *requirements],
         ]
         for cmd in steps:
             log.write(f"$ {' '.join(cmd)}\n")

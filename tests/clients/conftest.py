@@ -17,6 +17,7 @@ VENV_FIXTURES = {
     "openreward_python": "openreward",
     "eval_protocol_python": "eval-protocol",
     "openenv_python": "openenv",
+    "ors_client_python": "ors-client",
 }
 COLD_INSTALL_TIMEOUT = int(client_venvs.INSTALL_TIMEOUT) + 300
 
@@ -44,6 +45,12 @@ def eval_protocol_python() -> Path:
 def openenv_python() -> Path:
     """The python of a venv with `openenv` 0.10.0 (and so `mcp` 1.x and fastmcp 3.x)."""
     return client_venvs.ensure_venv("openenv")
+
+
+@pytest.fixture(scope="session")
+def ors_client_python() -> Path:
+    """The python of a venv with only `ors-client` (from this checkout's client/) and its dependencies."""
+    return client_venvs.ensure_venv("ors-client")
 
 
 @pytest.fixture(scope="module")

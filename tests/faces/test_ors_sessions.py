@@ -91,6 +91,18 @@ def test_create_with_env_name_and_task_spec_answers_the_sid_and_runs_setup(clien
     assert journal(tag)[:2] == ["init", "setup"]
 
 
+def test_create_advertises_the_idle_timeout_and_accepts_episode_labels() -> None:
+    # Clients ping within this many idle seconds (ors-client at a third); labels are accepted, not yet stored.
+    with live_server(session_timeout=42.5) as live:
+        response = live.client.post(
+            "/create",
+            json={"task_spec": math_task()},
+            headers={"X-Session-ID": f"test-{uuid.uuid4().hex}", "X-Episode-Labels": "run=r1,policy=a%3Db"},
+        )
+    assert response.status_code == 200, response.text
+    assert response.headers["X-Session-Timeout"] == "42.5"
+
+
 def test_create_matches_env_name_case_insensitively(client: httpx.Client) -> None:
     sid = create(client, {"start": 0}, env_name="OtherEnv")
     assert client.get("/otherenv/prompt", headers=sid_header(sid)).status_code == 200

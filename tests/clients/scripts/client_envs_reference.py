@@ -1,0 +1,135 @@
+"""`tests/clients/client_envs.py` for `openreward`'s reference `Server`, run in the openreward venv:
+
+    python client_envs_reference.py --port PORT
+
+- `quiz`: one arithmetic question per task, a `submit` tool; a task with `"broken": true` fails its setup.
+- `toolbox`: several tools in one episode (`add`, `note`, `finish`), a tool that raises (`crash`), a slow one
+  (`slow`, which counts its runs so a resumed call shows it ran once), a large result (`big`, several SSE
+  chunks, some starting with a space) and `check_secret`, which says whether the `API_TOKEN` secret matches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from openreward.environments import Environment, Server, Split, TextBlock, ToolOutput, tool
+from pydantic import BaseModel
+
+QUIZ = [{"question": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(2, 2), (3, 4), (5, 8), (1, 9), (6, 6)]]
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+class Quiz(Environment):
+    def __init__(self, task_spec: dict[str, Any] | None = None, secrets: dict[str, str] | None = None) -> None:
+        super().__init__(task_spec or {}, secrets or {})
+
+    @classmethod
+    def list_splits(cls) -> list[str | Split]:
+        return ["train", "test"]
+
+    @classmethod
+    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
+        return [dict(task) for task in QUIZ]
+
+    def setup(self) -> None:
+        if self.task_spec.get("broken"):
+            raise RuntimeError("this environment is broken")
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text=self.task_spec["question"])]
+
+    @tool
+    def submit(self, params: Answer) -> ToolOutput:
+        """Submit the answer; ends the episode."""
+        right = params.answer.strip() == self.task_spec["answer"]
+        return ToolOutput(blocks=[TextBlock(text="Correct!" if right else "Wrong")], reward=float(right), finished=True)
+
+
+class Pair(BaseModel):
+    a: int
+    b: int
+
+
+class Text(BaseModel):
+    text: str
+
+
+class Seconds(BaseModel):
+    seconds: float
+
+
+class Size(BaseModel):
+    chars: int
+
+
+class Toolbox(Environment):
+    def __init__(self, task_spec: dict[str, Any] | None = None, secrets: dict[str, str] | None = None) -> None:
+        super().__init__(task_spec or {}, secrets or {})
+        self.secrets = dict(secrets or {})  # the reference's base class keeps no copy
+        self.notes: list[str] = []
+        self.slow_runs = 0
+
+    @classmethod
+    def list_splits(cls) -> list[str | Split]:
+        return ["train"]
+
+    @classmethod
+    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
+        return [{"expect": "s3cret"}]
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text="Add, take notes, then finish.")]
+
+    @tool
+    def add(self, params: Pair) -> ToolOutput:
+        """Add two integers."""
+        return ToolOutput(blocks=[TextBlock(text=str(params.a + params.b))])
+
+    @tool
+    def note(self, params: Text) -> ToolOutput:
+        """Keep a note."""
+        self.notes.append(params.text)
+        return ToolOutput(blocks=[TextBlock(text=f"{len(self.notes)} notes")], reward=0.5)
+
+    @tool
+    def finish(self) -> ToolOutput:
+        """End the episode; the reward is the number of notes."""
+        return ToolOutput(blocks=[TextBlock(text=" | ".join(self.notes))], reward=float(len(self.notes)), finished=True)
+
+    @tool
+    def crash(self) -> ToolOutput:
+        """Raise."""
+        raise RuntimeError("kaboom")
+
+    @tool
+    def slow(self, params: Seconds) -> ToolOutput:
+        """Sleep, then say how many times this tool has run in the episode."""
+        time.sleep(params.seconds)
+        self.slow_runs += 1
+        return ToolOutput(blocks=[TextBlock(text=f"slept {self.slow_runs}")])
+
+    @tool
+    def big(self, params: Size) -> ToolOutput:
+        """A long text, with runs of spaces."""
+        return ToolOutput(blocks=[TextBlock(text=big_text(params.chars))])
+
+    @tool
+    def check_secret(self) -> ToolOutput:
+        """Whether the API_TOKEN secret is the one the task expects."""
+        same = self.secrets.get("API_TOKEN") == self.task_spec.get("expect")
+        return ToolOutput(blocks=[TextBlock(text="match" if same else "no match")])
+
+
+def big_text(chars: int) -> str:
+    return "".join(f"{i % 10}{' ' * (i % 7)}" for i in range(chars))[:chars]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    Server([Quiz, Toolbox]).run(host="127.0.0.1", port=parser.parse_args().port)
