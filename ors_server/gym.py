@@ -1,5 +1,8 @@
 """Serve a Gymnasium environment to an agent: one episode per session, one tool taking `{"action": str}`.
 
+The tool's schema lists the actions as an `enum`; an action outside it (in any case) is an input error, as a
+wrong type or a missing field is, and costs neither a step nor the episode.
+
     class FrozenLake(GymEnvironment):
         name = "frozen_lake"
         tool_name = "lake_move"
@@ -28,11 +31,12 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, ClassVar
 
 import gymnasium
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel, Field, JsonValue, create_model
+from pydantic_core import PydanticCustomError
 
 from ors_server.environment import Environment, ToolDef
 from ors_server.types import Blocks, TextBlock, ToolOutput
@@ -45,7 +49,35 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 class ActionInput(BaseModel):
+    """The action tool's input. Each `GymEnvironment` subclass gets a model of its own (`action_model`) whose
+    schema lists the class's actions as an `enum` and which accepts them in any case, spaces around ignored."""
+
     action: str
+
+
+def action_model(names: Iterable[str]) -> type[ActionInput]:
+    """An `ActionInput` whose `action` must be one of `names` (upper case), matched after `.strip().upper()`.
+
+    An unknown action fails validation like a wrong type or a missing field: the agent's mistake, answered as an
+    input error (ORS `input_validation`, MCP `isError`, an OpenEnv `invalid_args` observation). The tool does
+    not run, so the step is not counted and the episode goes on.
+    """
+    valid: list[str] = list(names)
+
+    def known(value: str) -> str:
+        action = value.strip().upper()
+        if action not in valid:
+            # The "enum" type is pydantic's own for a value outside an enum; the text is Eval Protocol's.
+            raise PydanticCustomError(
+                "enum", "Invalid action '{action}'. Valid actions: {valid}", {"action": action, "valid": valid}
+            )
+        return action
+
+    enum: list[JsonValue] = [*valid]
+    field = Field(
+        description=f"One of {', '.join(valid)} (lower case is accepted too).", json_schema_extra={"enum": enum}
+    )
+    return create_model("ActionInput", __base__=ActionInput, action=(Annotated[str, AfterValidator(known)], field))
 
 
 def jsonable(value: Any) -> Any:
@@ -115,7 +147,7 @@ class GymEnvironment(Environment):
         description = cls.tool_description or (
             f"Take one action in the environment. Actions: {', '.join(cls.actions)}. Returns the new observation."
         )
-        tools[cls.tool_name] = ToolDef(cls.tool_name, description, ActionInput, GymEnvironment._act)
+        tools[cls.tool_name] = ToolDef(cls.tool_name, description, action_model(cls.actions), GymEnvironment._act)
         cls.tools = tools
 
     def __init__(self, task_spec: dict[str, Any] | None = None, secrets: dict[str, str] | None = None) -> None:
@@ -238,9 +270,7 @@ class GymEnvironment(Environment):
 
     def _act(self, params: ActionInput) -> ToolOutput:
         """Registered as the action tool under `tool_name` (see `__init_subclass__`)."""
-        action = params.action.strip().upper()
-        if action not in self.actions:
-            raise ValueError(f"Invalid action '{action}'. Valid actions: {list(self.actions)}")
+        action = params.action  # validated against `actions` already (`action_model`)
         if self.env is None:
             raise RuntimeError("the episode has not been set up")
         obs, reward, terminated, truncated, info = self.env.step(self.actions[action])
@@ -257,4 +287,4 @@ class GymEnvironment(Environment):
         )
 
 
-__all__ = ["ActionInput", "GymEnvironment"]
+__all__ = ["ActionInput", "GymEnvironment", "action_model"]

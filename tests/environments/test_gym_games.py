@@ -17,7 +17,7 @@ from environments.cliff_walking import CliffWalking
 from environments.frozen_lake import FrozenLake
 from ors_server import Environment, GymEnvironment, ToolOutput
 from ors_server.errors import SetupFailed
-from ors_server.sessions import Session, SessionStore, ToolCrashed, ToolRejected
+from ors_server.sessions import Session, SessionStore, ToolRejected
 from ors_server.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -83,11 +83,12 @@ async def test_tool_result_is_one_text_block_with_the_compact_observation_and_no
         assert result.metadata == {"prob": 1.0}
 
 
-async def test_invalid_action_fails_listing_the_valid_actions_and_leaves_the_state_unchanged() -> None:
+async def test_invalid_action_is_an_input_error_listing_the_valid_actions_and_leaves_the_state_unchanged() -> None:
     async with episode(FrozenLake, {"seed": 42}) as (store, session):
         result = await store.call(session, "lake_move", {"action": "jump"})
-        assert result == ToolCrashed("Invalid action 'JUMP'. Valid actions: ['LEFT', 'DOWN', 'RIGHT', 'UP']")
-        assert session.step_count == 0 and not session.finished
+        assert isinstance(result, ToolRejected) and result.reason == "input_validation", result
+        assert "Invalid action 'JUMP'. Valid actions: ['LEFT', 'DOWN', 'RIGHT', 'UP']" in result.message
+        assert session.step_count == 0 and not session.finished and session.env.steps == 0
         observation, _ = await step(store, session, "down")
         assert observation["position"] == 4
 
@@ -299,6 +300,7 @@ def test_game_tools_have_the_eval_protocol_names_and_input_schema() -> None:
         schema = tool.schema
         assert schema["type"] == "object" and schema["required"] == ["action"]
         assert schema["properties"]["action"]["type"] == "string"
+        assert schema["properties"]["action"]["enum"] == list(env_cls.actions)
 
 
 class Taxi(GymEnvironment):

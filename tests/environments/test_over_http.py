@@ -83,12 +83,11 @@ def test_frozen_lake_episode_over_http(client: httpx.Client) -> None:
     episode.delete()
 
 
-def test_invalid_action_over_http_is_an_error_event_listing_the_actions(client: httpx.Client) -> None:
+def test_invalid_action_over_http_is_an_input_validation_error_listing_the_actions(client: httpx.Client) -> None:
     episode = Episode(client, "frozen_lake", {"seed": 123})
-    assert episode.call("lake_move", {"action": "fly"}) == (
-        "error",
-        "Invalid action 'FLY'. Valid actions: ['LEFT', 'DOWN', 'RIGHT', 'UP']",
-    )
+    event, data = episode.call("lake_move", {"action": "fly"})
+    assert (event, data["ok"], data["reason"]) == ("end", False, "input_validation")
+    assert "Invalid action 'FLY'. Valid actions: ['LEFT', 'DOWN', 'RIGHT', 'UP']" in data["error"]
     assert json.loads(episode.output("lake_move", {"action": "RIGHT"})["blocks"][0]["text"])["position"] == 1
     episode.delete()
 

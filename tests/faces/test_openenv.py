@@ -566,7 +566,7 @@ def test_jsonrpc_sessions_are_store_sessions_and_tool_calls_are_their_steps(live
     assert set(result) == {"content", "structured_content", "meta", "data", "is_error"}
     assert "position" in json.loads(result["data"])
     assert unknown_tool["error"]["code"] == -32603 and unknown_tool["error"]["message"] == "Unknown tool: 'nope'"
-    assert bad_action["error"]["code"] == -32603 and "JUMP" in bad_action["error"]["message"]
+    assert bad_action["error"]["code"] == -32602 and "JUMP" in bad_action["error"]["message"]
     assert no_name["error"]["message"] == "Missing 'name' in params"
     assert status["step_count"] == 1
     assert closed["result"] == {"session_id": sid, "closed": True}
