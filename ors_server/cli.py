@@ -28,6 +28,7 @@ SETTING_FLAGS: list[tuple[str, type, str, str]] = [
     ("tool_timeout", float, "S", "seconds a tool call may run"),
     ("tool_server_timeout", float, "S", "seconds a call to a composed MCP tool server may take"),
     ("tool_server_start_timeout", float, "S", "seconds a composed MCP tool server may take to start and list tools"),
+    ("tool_server_log_bytes", int, "N", "bytes of one stdio tool server process's stderr that reach the log"),
     ("tool_threads", int, "N", "worker threads for sync tools"),
     ("discovery_threads", int, "N", "worker threads for listing splits and tasks"),
     ("lifecycle_threads", int, "N", "worker threads for setup, teardown, task_from_seed and prompt reads"),

@@ -568,7 +568,10 @@ class SessionStore:
             episode.state = State.SETUP_FAILED
             episode.setup_error = session.redact(_describe(exc))
             self.counts["setup_failed"] += 1
-            logger.warning("setup failed", extra={"session_id": session.id, "env": session.env_name})
+            if not episode.ended:  # an episode ended while it started failed no one
+                logger.warning(
+                    "setup failed: %s", episode.setup_error, extra={"session_id": session.id, "env": session.env_name}
+                )
             if episode.toolbox is not None:  # the episode cannot run: its tool servers are not kept waiting
                 await episode.toolbox.close(self.settings.teardown_timeout)
         else:
@@ -584,7 +587,7 @@ class SessionStore:
         """Connect the episode to its environment's tool servers (and list their tools, the first time)."""
         assert self._task_group is not None
         timeout = self.settings.tool_server_start_timeout
-        episode.toolbox = Toolbox(session.env_cls.mcp_servers)
+        episode.toolbox = Toolbox(session.env_cls.mcp_servers, self.settings.tool_server_log_bytes)
         await episode.toolbox.open(self._task_group, timeout)
         await self.catalogue.load(session.env_cls, self._task_group, timeout, episode.toolbox)
 
@@ -594,6 +597,8 @@ class SessionStore:
         episode.ready.set()  # wake requests waiting for its setup: they now see it is gone
         if episode.step is not None:
             episode.step.cancel()  # agent code dies with its session, at once (not at the step's own timeout)
+        if not episode.built and episode.toolbox is not None:
+            episode.toolbox.cut()  # tool servers still starting are killed, not waited for
         for waiter in list(episode.waiting or ()):
             waiter.cancel()
         return episode.built

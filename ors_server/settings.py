@@ -29,6 +29,8 @@ class Settings:
     fails that call (`timeout`), never the session."""
     tool_server_start_timeout: float = 30.0
     """Seconds a composed MCP tool server may take to start and list its tools; past it, setup fails."""
+    tool_server_log_bytes: int = 16 * 1024
+    """Bytes of one stdio tool server process's stderr written to the log (whole lines); the rest is dropped."""
     tool_threads: int = 40
     """Worker threads for sync tool calls (a timed-out call keeps its thread until it really returns)."""
     discovery_threads: int = 8
@@ -115,6 +117,7 @@ class Settings:
             "tool_threads",
             "discovery_threads",
             "lifecycle_threads",
+            "tool_server_log_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TextIO
 
 import httpx2
 from mcp import ClientSession, types
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+
+from ors_server.compose.stdio import ServerProcess, open_stdio
+
+STDERR_LOG_BYTES = 16 * 1024
+"""The default of `--tool-server-log-bytes`: how much of one stdio tool server process's stderr is logged."""
+
+
+@dataclass(frozen=True)
+class Connected:
+    """An initialized client session of a tool server, and its process when the server is one of ours."""
+
+    client: ClientSession
+    process: ServerProcess | None
+
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*")
 """Letters, digits, '-' and single '_': the name prefixes its tools as `<name>__<tool>`, so no '__' in it."""
@@ -32,7 +43,9 @@ class StdioServer:
 
     `command` is the program and its arguments, e.g. `[sys.executable, "-m", "mypackage.tools"]`. `env` adds
     environment variables to the server's (the server process inherits the default MCP environment, not the
-    whole of ours). The process is ended when the episode ends: stdin closed, then SIGTERM, then SIGKILL.
+    whole of ours). The process runs in a process group of its own, as uid 65534 when the server is root; the
+    group is killed (SIGKILL) when the episode ends and when a call to the server times out (the next call
+    starts it again). Its stderr goes to the server's log, bounded (`ors_server.compose.stdio`).
     """
 
     name: str
@@ -46,14 +59,12 @@ class StdioServer:
             raise ValueError(f"tool server {self.name!r} needs a command")
 
     @asynccontextmanager
-    async def connect(self, errlog: TextIO | None = None) -> AsyncIterator[ClientSession]:
+    async def connect(self, log_bytes: int = STDERR_LOG_BYTES) -> AsyncIterator[Connected]:
         """A started process and an initialized MCP client session over its stdio."""
-        command, *args = self.command
-        params = StdioServerParameters(command=command, args=list(args), env=dict(self.env or {}), cwd=self.cwd)
-        async with stdio_client(params, errlog or sys.stderr) as (read, write):
+        async with open_stdio(self.name, self.command, self.env, self.cwd, log_bytes) as ((read, write), process):
             async with ClientSession(read, write, client_info=CLIENT_INFO) as session:
                 await session.initialize()
-                yield session
+                yield Connected(session, process)
 
 
 @dataclass(frozen=True)
@@ -73,14 +84,14 @@ class HttpServer:
             raise ValueError(f"tool server {self.name!r} needs an http:// or https:// url, got {self.url!r}")
 
     @asynccontextmanager
-    async def connect(self, errlog: TextIO | None = None) -> AsyncIterator[ClientSession]:
+    async def connect(self, log_bytes: int = STDERR_LOG_BYTES) -> AsyncIterator[Connected]:
         """An initialized MCP client session (a transport session of the server)."""
         # The client the SDK's transport takes (its own defaults: 30 s, and 300 s to read a held stream).
         http = httpx2.AsyncClient(headers=dict(self.headers), timeout=httpx2.Timeout(30, read=300))
         async with http, streamable_http_client(self.url, http_client=http) as (read, write):
             async with ClientSession(read, write, client_info=CLIENT_INFO) as session:
                 await session.initialize()
-                yield session
+                yield Connected(session, None)
 
 
 ToolServer = StdioServer | HttpServer

@@ -11,7 +11,8 @@ import anyio
 import anyio.abc
 from mcp import ClientSession, types
 
-from ors_server.compose.servers import ToolServer
+from ors_server.compose.servers import STDERR_LOG_BYTES, ToolServer
+from ors_server.compose.stdio import ServerProcess
 
 logger = logging.getLogger("ors_server.compose")
 
@@ -24,22 +25,31 @@ class _Connection:
     """One server's client session, owned by a task of its own: the SDK's transports are task-scoped context
     managers, so the task that opened one must be the task that closes it."""
 
-    def __init__(self, server: ToolServer) -> None:
+    def __init__(self, server: ToolServer, log_bytes: int) -> None:
         self.server = server
+        self.log_bytes = log_bytes
         self.client: ClientSession | None = None
+        self.process: ServerProcess | None = None
         self.launched = False
+        self.killed = False
+        """Its process was killed because a call timed out: the next call starts a new one."""
         self.stop = anyio.Event()
         self.stopped = anyio.Event()
+        self._starting: anyio.CancelScope | None = None
 
     async def run(self, within: float, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         started = False
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + within) as scope:
-                async with self.server.connect() as client:
+                self._starting = scope
+                async with self.server.connect(self.log_bytes) as connected:
                     scope.deadline = math.inf  # connected: from here on the connection lives until `stop`
-                    self.client, started = client, True
+                    self._starting = None
+                    self.client, self.process, started = connected.client, connected.process, True
                     task_status.started()
                     await self.stop.wait()
+            if not started and self.stop.is_set():
+                raise ToolServerFailed(f"tool server '{self.server.name}' was stopped while it started")
             if not started:
                 raise ToolServerFailed(f"tool server '{self.server.name}' did not start within {within:g} s")
         except ToolServerFailed:
@@ -53,6 +63,20 @@ class _Connection:
             self.client = None
             self.stopped.set()
 
+    def kill(self) -> None:
+        """Stop a server process whose call timed out at once (whatever it computes dies with its process group);
+        a server reached over HTTP is not ours to stop, and keeps its connection."""
+        if self.process is not None:
+            self.process.kill()
+            self.killed = True
+            self.stop.set()
+
+    def end(self) -> None:
+        """Ask the connection to end; one still starting is cut short (its process killed), not waited for."""
+        self.stop.set()
+        if self._starting is not None:
+            self._starting.cancel()
+
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -63,12 +87,17 @@ def _describe(exc: BaseException) -> str:
 class Toolbox:
     """The open connections of one episode: `open` at setup, `call` per tool call, `close` at teardown."""
 
-    def __init__(self, servers: Sequence[ToolServer]) -> None:
-        self._connections = {server.name: _Connection(server) for server in servers}
+    def __init__(self, servers: Sequence[ToolServer], log_bytes: int = STDERR_LOG_BYTES) -> None:
+        self.log_bytes = log_bytes
+        self._connections = {server.name: _Connection(server, log_bytes) for server in servers}
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._within = 0.0
+        self._closed = False
 
     async def open(self, task_group: anyio.abc.TaskGroup, within: float) -> None:
         """Start every server (concurrently), each within `within` seconds; if one fails, close the others and raise
         ToolServerFailed. The connections run as tasks of `task_group`, which must outlive the episode."""
+        self._task_group, self._within = task_group, within
         failures: list[str] = []
 
         async def start(connection: _Connection) -> None:
@@ -108,15 +137,34 @@ class Toolbox:
             raise ToolServerFailed(f"tool server '{server}' failed to list its tools: {_describe(exc)}") from None
 
     async def call(self, server: str, tool: str, arguments: dict[str, Any], within: float) -> types.CallToolResult:
-        """Call `tool` of `server`; raises TimeoutError past `within`, ToolServerFailed if the server is gone."""
+        """Call `tool` of `server`; raises TimeoutError past `within` (a stdio server's process is killed then, and
+        the next call starts a new one), ToolServerFailed if the server is gone."""
+        await self._restart_if_killed(server)
         client = self._client(server)
         try:
             with anyio.fail_after(within):
                 return await client.call_tool(tool, arguments)
         except TimeoutError:
+            self._connections[server].kill()
+            logger.warning(
+                "tool server '%s' was killed: a call to '%s' did not finish within %g s", server, tool, within
+            )
             raise
         except Exception as exc:
             raise ToolServerFailed(f"tool server '{server}' failed: {_describe(exc)}") from None
+
+    async def _restart_if_killed(self, server: str) -> None:
+        old = self._connections.get(server)
+        if old is None or not old.killed or self._closed or self._task_group is None:
+            return
+        with anyio.move_on_after(self._within):
+            await old.stopped.wait()  # its process reaped before another starts
+        if self._closed:
+            return  # the episode ended meanwhile: `_client` answers that the server is not running
+        new = _Connection(old.server, self.log_bytes)
+        self._connections[server] = new
+        new.launched = True
+        await self._task_group.start(new.run, self._within)
 
     def _client(self, server: str) -> ClientSession:
         connection = self._connections.get(server)
@@ -125,11 +173,16 @@ class Toolbox:
             raise ToolServerFailed(f"tool server '{server}' is not running")
         return client
 
-    async def close(self, within: float) -> None:
-        """End every connection (a stdio server's process is stopped: stdin closed, SIGTERM, SIGKILL) and wait for
-        them, boundedly. Safe to call more than once, and on connections that never started."""
+    def cut(self) -> None:
+        """Begin ending every connection now, without waiting (`close` waits): a server still starting is killed."""
+        self._closed = True
         for connection in self._connections.values():
-            connection.stop.set()
+            connection.end()
+
+    async def close(self, within: float) -> None:
+        """End every connection (a stdio server's process group is killed) and wait for them, boundedly. Safe to
+        call more than once, and on connections that never started."""
+        self.cut()
         with anyio.CancelScope(shield=True), anyio.move_on_after(within):
             for connection in self._connections.values():
                 if connection.launched:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import sys
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -46,6 +47,20 @@ def make_server() -> MCPServer:
         """Never answers."""
         await anyio.sleep(3600)
         return "never"
+
+    @server.tool()
+    def spin() -> str:
+        """Computes forever (a runaway calculation: sync code, so the server answers nothing meanwhile)."""
+        while True:
+            pass
+
+    @server.tool()
+    def shout(lines: int) -> str:
+        """Writes `lines` lines of 100 bytes to stderr."""
+        for _ in range(lines):
+            sys.stderr.write("x" * 99 + "\n")
+        sys.stderr.flush()
+        return "shouted"
 
     @server.tool()
     def crash() -> str:
