@@ -18,8 +18,6 @@ import shutil
 import stat
 import sys
 
-AGENT_ID = 65534
-"""nobody / nogroup."""
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38

@@ -33,6 +33,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from ors_server.compose import launch
+from ors_server.sandbox import AGENT_ID
 
 logger = logging.getLogger("ors_server.compose")
 
@@ -104,7 +105,7 @@ def argv(command: Sequence[str]) -> list[str]:
     """The command line that starts `command` as 65534 when the server is root (as itself otherwise)."""
     if os.geteuid() != 0:
         return list(command)
-    return [os.path.realpath(sys.executable), "-I", "-S", launch.__file__, str(launch.AGENT_ID), *command]
+    return [os.path.realpath(sys.executable), "-I", "-S", launch.__file__, str(AGENT_ID), *command]
 
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
