@@ -39,6 +39,8 @@ SETTING_FLAGS: list[tuple[str, type, str, str]] = [
     ("max_header_bytes", int, "N", "largest request head"),
     ("header_timeout", float, "S", "seconds a client has to send a request's headers"),
     ("body_timeout", float, "S", "seconds a client has to send a request's body"),
+    ("ws_write_buffer_bytes", int, "N", "bytes queued to a WebSocket client before it must read to be read from"),
+    ("ws_write_timeout", float, "S", "seconds a WebSocket client may read nothing before it is closed"),
     ("max_output_chars", int, "N", "largest tool result"),
     ("codeact_timeout", float, "S", "wall-clock seconds one execute_code step may run"),
     ("codeact_memory_bytes", int, "N", "address space of an execute_code step's process (RLIMIT_AS)"),

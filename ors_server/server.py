@@ -23,6 +23,7 @@ from ors_server.environment import Environment
 from ors_server.http_limits import BoundedHttpToolsProtocol
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
+from ors_server.ws_limits import BoundedWebSocketProtocol
 
 
 def configure_logging(level: str) -> None:
@@ -113,6 +114,7 @@ def uvicorn_config(app: Starlette, settings: Settings, **options: Any) -> uvicor
         "timeout_graceful_shutdown": int(settings.shutdown_grace) or None,
         # WebSocket frames (the OpenEnv face) are bounded like request bodies; pings find peers that are gone
         # without a close (a half-open socket would otherwise hold its session forever).
+        "ws": BoundedWebSocketProtocol.bounded_by(settings),  # what a client that does not read may queue
         "ws_max_size": settings.max_body_bytes,
         "ws_ping_interval": WS_PING_INTERVAL,
         "ws_ping_timeout": WS_PING_TIMEOUT,

@@ -55,6 +55,12 @@ class Settings:
     connection); 408 and the connection closed past it."""
     body_timeout: float = 60.0
     """Seconds a client has to send a request's body once its headers are in; 408 and closed past it."""
+    ws_write_buffer_bytes: int = 256 * 1024
+    """Bytes queued to one WebSocket client past which nothing more is read from it until it has read (a quarter
+    of it); what one connection holds is this plus the message being written plus the kernel's buffers."""
+    ws_write_timeout: float = 20.0
+    """Seconds a WebSocket client may read nothing of what is queued to it (past `ws_write_buffer_bytes`) before
+    it is closed (1008) and its socket aborted."""
     sse_keepalive: float = 10.0
     """Seconds between SSE keepalive comments while a tool runs (the openreward client gives up after 30)."""
     call_linger: float = 60.0
@@ -97,6 +103,7 @@ class Settings:
             "codeact_timeout",
             "header_timeout",
             "body_timeout",
+            "ws_write_timeout",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -106,6 +113,7 @@ class Settings:
             "max_output_chars",
             "max_body_bytes",
             "max_header_bytes",
+            "ws_write_buffer_bytes",
             "max_mcp_transports_per_session",
             "max_task_spec_bytes",
             "max_replay_chars",

@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,8 +69,54 @@ def exchange(url: str, request: bytes, timeout: float = 10.0) -> Answer:
 
 
 def frame(opcode: int, payload: bytes = b"") -> bytes:
-    """One masked client frame (a client must mask), payload under 126 bytes."""
-    assert len(payload) < 126
-    mask = os.urandom(4)
-    masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(payload))
-    return bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + masked
+    """One final client frame."""
+    if len(payload) < 126:
+        length = bytes([0x80 | len(payload)])
+    elif len(payload) < 1 << 16:
+        length = bytes([0x80 | 126]) + len(payload).to_bytes(2, "big")
+    else:
+        length = bytes([0x80 | 127]) + len(payload).to_bytes(8, "big")
+    # A client must mask, with any key: the zero key leaves the payload as it is (and costs nothing to apply).
+    return bytes([0x80 | opcode]) + length + bytes(4) + payload
+
+
+def open_websocket(url: str, target: str, headers: list[tuple[str, str]] | None = None) -> socket.socket:
+    """A socket past a WebSocket handshake (101), with a small receive buffer: a client that will not read."""
+    parts = urlsplit(url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting, so the window is small
+    sock.settimeout(10)
+    sock.connect((parts.hostname, parts.port))
+    sock.sendall(websocket_head(target, [("Host", "127.0.0.1"), *(headers or [])]))
+    answer = read_answer(sock)
+    assert answer.status == 101, answer
+    return sock
+
+
+@dataclass
+class Flood:
+    sent: int = 0
+    cut: bool = False
+    """The server closed or reset the connection."""
+
+
+def flood(sock: socket.socket, data: bytes, seconds: float, most: int) -> Flood:
+    """Send `data` again and again, never reading, until the server cuts the connection, `most` bytes are sent or
+    `seconds` have passed."""
+    result = Flood()
+    sock.setblocking(False)
+    deadline = time.monotonic() + seconds
+    view = memoryview(data)
+    offset = 0
+    while time.monotonic() < deadline and result.sent < most:
+        _, writable, _ = select.select([], [sock], [], 0.1)
+        if not writable:
+            continue
+        try:
+            sent = sock.send(view[offset:])
+        except OSError:  # reset or broken pipe: the server is done with us
+            result.cut = True
+            break
+        result.sent += sent
+        offset = (offset + sent) % len(data)
+    return result

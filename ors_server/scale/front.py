@@ -38,6 +38,10 @@ from ors_server.scale.upstream import Upstream, WorkerUnreachable, probe
 logger = logging.getLogger("ors_server.front")
 
 SCRAPE_TIMEOUT = 5.0
+UPSTREAM_CLOSE_TIMEOUT = 5.0
+"""Seconds the closing handshake with a worker may take once the client's socket is done; then it is aborted."""
+SENDABLE_CLOSE_CODES = frozenset(range(1000, 1004)) | frozenset(range(1007, 1012)) | frozenset(range(3000, 5000))
+"""Close codes a close frame may carry (RFC 6455 7.4): 1005, 1006 and 1015 only report what happened."""
 WS_HEADERS_NOT_FORWARDED = frozenset(
     {"host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
     | {"sec-websocket-protocol", "content-length", "transfer-encoding"}
@@ -266,6 +270,7 @@ class Front:
         if first["type"] != "websocket.connect":
             return
         worker.in_flight += 1
+        code: int | None = None
         try:
             try:
                 upstream = await self._connect_ws(scope, worker)
@@ -276,11 +281,26 @@ class Front:
                 self.unreachable(worker)
                 await self._deny_ws(scope, send, 410 if key else 503)
                 return
-            async with upstream:
+            try:
                 await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-                await self._bridge(upstream, receive, send)
+                code = await self._bridge(upstream, receive, send)
+            finally:
+                await self._close_upstream(upstream, code if code in SENDABLE_CLOSE_CODES else 1001)
         finally:
             worker.in_flight -= 1
+
+    @staticmethod
+    async def _close_upstream(upstream: ClientConnection, code: int) -> None:
+        """Close the socket to the worker, boundedly: `websockets` waits without a bound to hand its close frame
+        to a worker that is not reading (its own replies backed up behind a client that stopped reading), and a
+        front waiting there held the worker's socket, and so its session, for good."""
+        try:
+            async with asyncio.timeout(UPSTREAM_CLOSE_TIMEOUT):
+                await upstream.close(code)
+        except (TimeoutError, OSError, websockets.WebSocketException):
+            pass
+        finally:
+            upstream.transport.abort()  # a no-op once the close completed
 
     async def _connect_ws(self, scope: Scope, worker: Worker) -> ClientConnection:
         headers = [
@@ -308,12 +328,16 @@ class Front:
         return await websockets.connect(uri, host=worker.address.host, port=worker.address.port, proxy=None, **options)
 
     @staticmethod
-    async def _bridge(upstream: ClientConnection, receive: Receive, send: Send) -> None:
+    async def _bridge(upstream: ClientConnection, receive: Receive, send: Send) -> int | None:
+        """Relay frames both ways until either side ends; returns the client's close code if the client ended."""
+        closed_by_client: int | None = None
+
         async def client_to_worker() -> None:
+            nonlocal closed_by_client
             while True:
                 message = await receive()
                 if message["type"] == "websocket.disconnect":
-                    await upstream.close(message.get("code", 1000))
+                    closed_by_client = message.get("code", 1000)
                     return
                 text = message.get("text")
                 await upstream.send(text if text is not None else message.get("bytes") or b"")
@@ -337,6 +361,7 @@ class Front:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        return closed_by_client
 
     async def _deny_ws(self, scope: Scope, send: Send, status: int) -> None:
         if "websocket.http.response" in scope.get("extensions", {}):

@@ -36,8 +36,9 @@ from ors_server.scale.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
-from ors_server.server import announce, bind, configure_logging
+from ors_server.server import WS_PING_INTERVAL, WS_PING_TIMEOUT, announce, bind, configure_logging
 from ors_server.settings import Settings
+from ors_server.ws_limits import BoundedWebSocketProtocol
 
 logger = logging.getLogger("ors_server.workers")
 
@@ -189,6 +190,10 @@ def front_config(front: Front, settings: Settings, refusals: Refusals) -> uvicor
         host=settings.host,
         port=settings.port,
         http=BoundedHttpToolsProtocol.bounded_by(settings, refusals.faces),  # the front is what clients reach
+        ws=BoundedWebSocketProtocol.bounded_by(settings),
+        ws_max_size=settings.max_body_bytes,
+        ws_ping_interval=WS_PING_INTERVAL,
+        ws_ping_timeout=WS_PING_TIMEOUT,
         log_level=settings.log_level,
         timeout_keep_alive=60,
         access_log=False,
