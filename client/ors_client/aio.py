@@ -112,15 +112,13 @@ class AsyncClient:
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
-        headers = {"X-API-Key": api_key} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            timeout=httpx.Timeout(timeout, pool=None),
-            transport=transport or LeanTransport(),
-            # The reference server redirects (308) paths it does not route to its default environment.
-            follow_redirects=True,
-        )
+        self.base_url = base_url.rstrip("/")
+        # Requests go straight to the transport: httpx.AsyncClient's per-request machinery (URL merging,
+        # cookies, hooks) cost more client CPU than the transport itself in a profile of the call path.
+        self._transport = transport or LeanTransport()
+        self._headers = {"X-API-Key": api_key} if api_key else {}
+        self._timeout = {"connect": timeout, "read": timeout, "write": timeout, "pool": None}
+        self._urls: dict[str, httpx.URL] = {}
         self.max_concurrency = max_concurrency
         self.keepalive = keepalive
         self.retries = retries
@@ -135,9 +133,41 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     # Requests.
+
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(path if "://" in path else self.base_url + path)
+        return url
+
+    async def send(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, *, stream: bool = False
+    ) -> httpx.Response:
+        """One exchange, without retries or status checks. A 3xx with a Location is followed (the reference
+        server redirects paths it does not route to its default environment)."""
+        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        all_headers = {**self._headers, **(headers or {})}
+        if content is not None:
+            all_headers["Content-Type"] = "application/json"
+        for _ in range(5):
+            request = httpx.Request(
+                method, self._url(path), headers=all_headers, content=content, extensions={"timeout": self._timeout}
+            )
+            response = await self._transport.handle_async_request(request)
+            if stream and response.status_code == 200:
+                return response
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            location = response.headers.get("location")
+            if response.status_code not in (301, 302, 303, 307, 308) or not location:
+                return response
+            path = str(request.url.join(location))
+        return response
 
     async def request(
         self,
@@ -154,7 +184,7 @@ class AsyncClient:
         full_since: float | None = None
         while True:
             try:
-                response = await self._http.request(method, path, json=json_body, headers=headers)
+                response = await self.send(method, path, json_body, headers)
             except httpx.TransportError as exc:
                 if attempt >= self.retries or not (idempotent or isinstance(exc, _NOT_SENT)):
                     raise ConnectionFailed(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
@@ -435,12 +465,11 @@ class AsyncSession:
             headers["X-Episode-Labels"] = encode_labels(self.labels)
         # Retrying /create with the same id cannot create two sessions: a repeat of one that went through is
         # refused as "Session already exists", which then means it was ours.
-        http = self.client._http
         attempt, repeated = 0, False
         full_since: float | None = None
         while True:
             try:
-                response = await http.post("/create", json=body, headers=headers)
+                response = await self.client.send("POST", "/create", body, headers)
             except httpx.TransportError as exc:
                 if attempt >= self.client.retries:
                     raise ConnectionFailed(f"POST /create: {type(exc).__name__}: {exc}") from exc
@@ -583,7 +612,6 @@ class AsyncSession:
 
     async def _run_call(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST /call and read its events; a stream cut after `task_id` is resumed by re-posting the id."""
-        http = self.client._http
         headers = {**self._headers, "Accept": "text/event-stream"}
         path = f"{self._path}/call"
         task_id: str | None = None
@@ -593,8 +621,7 @@ class AsyncSession:
         while True:
             self._last_used = time.monotonic()
             try:
-                request = http.build_request("POST", path, json=body, headers=headers)
-                response = await http.send(request, stream=True)
+                response = await self.client.send("POST", path, body, headers, stream=True)
             except httpx.TransportError as exc:
                 # Before a task_id, only a connection that never opened proves the call did not start.
                 if (task_id is None and not isinstance(exc, _NOT_SENT)) or attempt >= self.client.retries:
@@ -604,7 +631,6 @@ class AsyncSession:
                 continue
             try:
                 if response.status_code != 200:
-                    await response.aread()
                     if response.status_code == 503 and task_id is None:
                         full_since = full_since or time.monotonic()
                         wait = _jitter(_retry_after(response) or 1.0)
