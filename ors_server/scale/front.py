@@ -251,7 +251,13 @@ class Front:
             async for chunk in reply.body():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except OSError:
-            pass  # the worker died mid-stream: end the stream the client sees
+            # The worker died mid-stream. Returning without the response's end makes the server close the client's
+            # connection with the response incomplete (no last chunk), which every HTTP client reports as a
+            # failure; a clean end would pass for a whole stream that merely lacks its `end` event. The openreward
+            # client then asks again with its task_id and learns that the session is lost (410). An SSE `error`
+            # event would read as the tool's own failure there, and not be asked again.
+            logger.warning("a worker broke off a streamed reply: the client's connection is closed unfinished")
+            return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # WebSockets.
