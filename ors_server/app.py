@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -20,6 +21,7 @@ from ors_server.guards import Guard
 from ors_server.hosts import AllowedHosts
 from ors_server.observability import Metrics, Observe
 from ors_server.registry import Registry
+from ors_server.sandbox import sweep_orphans
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
@@ -49,6 +51,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Sandbox directories of servers killed without a teardown (SIGKILL) are removed; a live server's never.
+        await anyio.to_thread.run_sync(sweep_orphans)
         async with store.run(), AsyncExitStack() as stack:
             for face in faces_table.faces:
                 if face.lifespan is not None:

@@ -284,7 +284,9 @@ def _owner_alive(pid: int, started: str) -> bool:
 
 
 def sweep_orphans(where: str | None = None) -> int:
-    """Remove the scratch directories of servers that are no longer running; returns how many were removed."""
+    """At a server's start: log what enforces the sandboxes' limits, and remove the scratch directories of servers
+    that are no longer running; returns how many were removed."""
+    logger.info("agent sandboxes: limits enforced by %s", ENFORCEMENT)
     root = Path(where or tempfile.gettempdir())
     removed = 0
     try:

@@ -7,17 +7,25 @@ add confinement (`"bwrap"` under an operator's `none`), never remove it. Whether
 out by running it once, with the flags sessions use (`bwrap_problem()`): it may be installed yet refused by the
 kernel.
 
-The sandbox. bash runs in new user, pid, network, IPC, UTS and cgroup namespaces, as uid and gid 65534, with
-`/usr` and `/etc` (and the `/bin`, `/lib`... links to them) read-only, a fresh `/proc` and `/dev`, a private
-`/tmp`, and the session's working directory, writable, at `/work`. Nothing else of the host is there: not the
-server's processes, not other sessions' directories, not the network. When the server runs as root, bubblewrap
-itself is started as uid 65534, so the agent is not root outside the namespace either. Killing the namespace's
-first process (bubblewrap's init, which dies with its parent) takes every process of the sandbox with it,
-`setsid` or not.
+The sandbox is built by `ors_server.sandbox`, the one builder CodeAct's sandbox uses too (its docstring says what
+every sandbox gets): bash runs in new user, pid, network, IPC, UTS and cgroup namespaces, as uid and gid 65534
+(bubblewrap itself is started as 65534 when the server is root), with no capabilities, `no_new_privs` and a
+seccomp filter that refuses `ptrace`; `/usr` and `/etc` (and the `/bin`, `/lib`... links to them) read-only, its
+own read-only `/proc`, a read-only `/dev`, a private `/tmp` of `ORS_SHELL_DISK_BYTES`, and the session's working
+directory, writable, at `/work`. Nothing else of the host is there: not the server's processes, not other
+sessions' directories, not the network. Killing the namespace's first process (bubblewrap's init, which dies with
+its parent) takes every process of the sandbox with it, `setsid` or not.
+
+Limits (`shell_resources()`, from the server's environment; see `Resources`): memory per process
+(`ORS_SHELL_MEMORY_BYTES`, 256 MiB), processes and threads of the session at once (`ORS_SHELL_MAX_PROCESSES`,
+32, bubblewrap's init and bash included), the size of `/tmp` (`ORS_SHELL_DISK_BYTES`, 64 MiB) and of any one file
+written (`ORS_SHELL_FILE_BYTES`, 64 MiB). They are rlimits set by the shell on itself inside the sandbox (the
+process limit counts in the session's own user namespace, so sessions never share a budget), and a tmpfs size.
 
 Unconfined. bash runs in its own process session, as the server's user (uid 65534 when the server is root),
-with an environment of its own; teardown kills its session's processes. Processes that leave that session
-survive, and commands can read the server's command line and other sessions' files.
+with an environment of its own and the same rlimits but the process limit (outside a user namespace of its own it
+would count every process of that user); teardown kills its session's processes. Processes that leave that
+session survive, and commands can read the server's command line and other sessions' files.
 """
 
 from __future__ import annotations
@@ -33,16 +41,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from ors_server.sandbox import AGENT_ID, Resources, bwrap_argv, optional_flags, root_dirs, seccomp_fd, spawn_ids
+
 logger = logging.getLogger("ors_server.environments.shell")
 
 SANDBOX_VARIABLE = "ORS_SHELL_SANDBOX"
 Sandbox = Literal["bwrap", "none"]
 WORKDIR_INSIDE = "/work"
 """Where the working directory appears inside the sandbox."""
-AGENT_ID = 65534
-"""The uid and gid commands run as (nobody / nogroup)."""
-SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_DIRS = tuple(root_dirs("/etc"))
 """What the sandbox shows of the host, read-only: enough to run the usual command-line tools."""
+MiB = 1024 * 1024
+LIMIT_VARIABLES = {
+    "memory_bytes": ("ORS_SHELL_MEMORY_BYTES", 256 * MiB),
+    "processes": ("ORS_SHELL_MAX_PROCESSES", 32),
+    "tmp_bytes": ("ORS_SHELL_DISK_BYTES", 64 * MiB),
+    "file_bytes": ("ORS_SHELL_FILE_BYTES", 64 * MiB),
+}
+"""Each limit of a shell session: the server's environment variable that sets it, and its default."""
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_ROUNDS = 50
 """How many times a kill sweep looks again for processes (a fork bomb keeps adding some for a while)."""
@@ -70,6 +86,20 @@ def warn_unconfined() -> None:
     )
 
 
+def shell_resources() -> Resources:
+    """A shell session's limits: the defaults of `LIMIT_VARIABLES`, or what the operator set."""
+    values: dict[str, int] = {}
+    for field, (variable, default) in LIMIT_VARIABLES.items():
+        text = os.environ.get(variable, "").strip()
+        if not text:
+            values[field] = default
+        elif not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{variable} must be a positive whole number, got {text!r}")
+        else:
+            values[field] = int(text)
+    return Resources(open_files=1024, **values)
+
+
 @functools.cache
 def bwrap_problem() -> str | None:
     """Why bubblewrap cannot run here with the flags sessions use, or None when it can. Runs it once."""
@@ -85,29 +115,27 @@ def bwrap_problem() -> str | None:
 
 @functools.cache
 def _working_bwrap_flags() -> tuple[str, ...] | str:
-    """The optional hardening flags this bubblewrap accepts, after running it; or why it cannot run."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
+    """The optional hardening flags this bubblewrap accepts, after running a shell with them; or why it cannot."""
+    if shutil.which("bwrap") is None:
         return "bwrap is not installed"
-    problem = "bwrap did not run"
     with tempfile.TemporaryDirectory(prefix="ors-shell-probe-") as root:
         workdir = Path(root) / "work"
         workdir.mkdir()
         prepare_workdir(Path(root), workdir)
-        # --disable-userns (bubblewrap 0.8) keeps the agent from making further user namespaces, where the kernel
-        # offers it; without it the sandbox is still whole.
-        for optional in (("--disable-userns",), ()):
-            sandbox = Bubblewrap(workdir, bwrap=bwrap, optional=optional)
-            argv = sandbox.argv()[:-2] + ["-c", "echo ok"]
-            options = {k: v for k, v in sandbox.spawn_options().items() if k != "start_new_session"}
-            try:
-                result = subprocess.run(argv, capture_output=True, timeout=30, check=False, **options)
-            except (OSError, subprocess.SubprocessError) as exc:
-                return f"bwrap could not be run ({type(exc).__name__}: {exc})"
-            if result.returncode == 0 and result.stdout == b"ok\n":
-                return optional
-            problem = f"bwrap failed: {result.stderr.decode(errors='replace').strip() or result.returncode}"
-    return problem
+        sandbox = Bubblewrap(workdir, optional=optional_flags())
+        argv, options = sandbox.command()
+        argv = argv[: argv.index("--") + 1] + ["bash", "--noprofile", "--norc", "-c", "echo ok"]
+        options.pop("start_new_session")
+        try:
+            result = subprocess.run(argv, capture_output=True, timeout=30, check=False, **options)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"bwrap could not be run ({type(exc).__name__}: {exc})"
+        finally:
+            for fd in options.get("pass_fds", ()):
+                os.close(fd)
+    if result.returncode == 0 and result.stdout == b"ok\n":
+        return optional_flags()
+    return f"bwrap failed: {result.stderr.decode(errors='replace').strip() or result.returncode}"
 
 
 # The working directory.
@@ -115,7 +143,7 @@ def _working_bwrap_flags() -> tuple[str, ...] | str:
 
 def agent_ids() -> tuple[int, int] | None:
     """The uid and gid to run commands as, when the server's own would be root; else None (run as ourselves)."""
-    return (AGENT_ID, AGENT_ID) if os.geteuid() == 0 else None
+    return (AGENT_ID, AGENT_ID) if spawn_ids() else None
 
 
 def prepare_workdir(root: Path, workdir: Path) -> None:
@@ -134,34 +162,35 @@ def prepare_workdir(root: Path, workdir: Path) -> None:
 class Bubblewrap:
     """bash inside bubblewrap: the working directory at /work, nothing else of the host writable or visible."""
 
-    def __init__(self, host_workdir: Path, *, bwrap: str | None = None, optional: tuple[str, ...] | None = None):
+    def __init__(
+        self, host_workdir: Path, *, optional: tuple[str, ...] | None = None, resources: Resources | None = None
+    ) -> None:
         self.host_workdir = host_workdir
         self.workdir = WORKDIR_INSIDE
-        self._bwrap = bwrap or shutil.which("bwrap") or "bwrap"
         if optional is None:
             found = _working_bwrap_flags()
             optional = found if isinstance(found, tuple) else ()
         self._optional = optional
+        self.resources = resources or shell_resources()
 
-    def argv(self) -> list[str]:
-        system = []
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                system += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                system += ["--ro-bind", path, path]
-        return [
-            self._bwrap,
-            *("--unshare-all", "--unshare-user", "--uid", str(AGENT_ID), "--gid", str(AGENT_ID)),
-            *("--die-with-parent", "--new-session", *self._optional),
-            *system,
-            *("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"),
-            *("--bind", str(self.host_workdir), WORKDIR_INSIDE, "--chdir", WORKDIR_INSIDE),
-            *("bash", "--noprofile", "--norc"),
-        ]
-
-    def spawn_options(self) -> dict[str, Any]:
-        return _spawn_options(home=WORKDIR_INSIDE, path=SANDBOX_PATH, cwd="/")
+    def command(self) -> tuple[list[str], dict[str, Any]]:
+        """The command and `subprocess.Popen` options of a new shell; the fds in `pass_fds` are the caller's to
+        close once it has started."""
+        fd = seccomp_fd(no_fork=False)
+        argv = bwrap_argv(
+            _limited_bash(self.resources, processes=True),
+            read_only=SYSTEM_DIRS,
+            tmp_bytes=self.resources.tmp_bytes,
+            writable=[(str(self.host_workdir), WORKDIR_INSIDE)],
+            chdir=WORKDIR_INSIDE,
+            env=_environment(home=WORKDIR_INSIDE, path=SANDBOX_PATH),
+            seccomp_fd=fd,
+            flags=self._optional,
+        )
+        options = _spawn_options(cwd="/")
+        if fd is not None:
+            options["pass_fds"] = (fd,)
+        return argv, options
 
     def find_processes(self, launcher: int, shell: int) -> tuple[int | None, list[int]]:
         # The processes of the sandbox's pid namespace: bubblewrap's init is pid 1 there, the shell `shell`.
@@ -188,15 +217,15 @@ class Bubblewrap:
 class Unconfined:
     """bash as a plain child process in its own session: no isolation (ORS_SHELL_SANDBOX=none)."""
 
-    def __init__(self, host_workdir: Path) -> None:
+    def __init__(self, host_workdir: Path, *, resources: Resources | None = None) -> None:
         self.workdir = str(host_workdir)
+        self.resources = resources or shell_resources()
 
-    def argv(self) -> list[str]:
-        return ["bash", "--noprofile", "--norc"]
-
-    def spawn_options(self) -> dict[str, Any]:
+    def command(self) -> tuple[list[str], dict[str, Any]]:
         path = os.environ.get("PATH", SANDBOX_PATH)
-        return _spawn_options(home=self.workdir, path=path, cwd=self.workdir)
+        options = _spawn_options(cwd=self.workdir)
+        options["env"] = _environment(home=self.workdir, path=path)
+        return _limited_bash(self.resources, processes=False), options
 
     def find_processes(self, launcher: int, shell: int) -> tuple[int | None, list[int]]:
         # bash is the launcher, and its pid is the id of the process session every process it starts is in
@@ -215,16 +244,23 @@ class Unconfined:
             _kill(targets)
 
 
-def _spawn_options(*, home: str, path: str, cwd: str) -> dict[str, Any]:
+def _limited_bash(resources: Resources, *, processes: bool) -> list[str]:
+    """bash that sets the session's rlimits on itself, then becomes the session's shell (same pid)."""
+    limits = resources.ulimit()
+    if not processes:
+        limits = limits.replace(f" -u {resources.processes}", "")
+    return ["bash", "--noprofile", "--norc", "-c", f"{limits} && exec bash --noprofile --norc"]
+
+
+def _environment(*, home: str, path: str) -> dict[str, str]:
     # An environment of its own: nothing of the server's (API keys, secrets) reaches the shell.
-    options: dict[str, Any] = {
-        "env": {"PATH": path, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb"},
-        "cwd": cwd,
-        "start_new_session": True,
-    }
-    ids = agent_ids()
-    if ids is not None:
-        options.update(user=ids[0], group=ids[1], extra_groups=[])
+    return {"PATH": path, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb"}
+
+
+def _spawn_options(*, cwd: str) -> dict[str, Any]:
+    options: dict[str, Any] = {"cwd": cwd, "start_new_session": True, **spawn_ids()}
+    # bubblewrap gets the sandbox's environment through --setenv; itself it needs only a PATH.
+    options["env"] = {"PATH": SANDBOX_PATH}
     return options
 
 

@@ -53,10 +53,9 @@ class Confinement(Protocol):
     workdir: str
     """The working directory as the shell sees it."""
 
-    def argv(self) -> list[str]: ...
-
-    def spawn_options(self) -> dict[str, Any]:
-        """Keyword arguments for `anyio.open_process` (environment, user, session)."""
+    def command(self) -> tuple[list[str], dict[str, Any]]:
+        """A new shell's command line and `subprocess.Popen` options (environment, user, session, `pass_fds`: fds
+        that are closed once it has started)."""
         ...
 
     def find_processes(self, launcher: int, shell: int) -> tuple[int | None, list[int]]:
@@ -110,7 +109,11 @@ class _ShellProcess:
         pipe = subprocess.PIPE
         # Popen returns once the child has exec'd (a fork and an exec: milliseconds), as asyncio's own
         # subprocess_exec does on the loop's thread.
-        popen = subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, **options)  # noqa: ASYNC220
+        try:
+            popen = subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, **options)  # noqa: ASYNC220
+        finally:
+            for fd in options.get("pass_fds", ()):
+                os.close(fd)  # the child has its copy (bubblewrap reads its seccomp filter once)
         self = cls(popen)
         loop = asyncio.get_running_loop()
         try:
@@ -349,7 +352,7 @@ class BashDriver:
         if self._closed:
             raise ShellClosed("the shell has been closed")
         with anyio.CancelScope(shield=True):  # a process started must be one we hold, to kill it later
-            self._process = await _ShellProcess.start(self.confinement.argv(), self.confinement.spawn_options())
+            self._process = await _ShellProcess.start(*self.confinement.command())
         self._shell_pid = None
         if self._closed:  # closed while the process was being started
             await self._discard_process()

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import stat
-import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,6 +19,7 @@ from environments.shell.confinement import (
 from environments.shell.driver import BashDriver
 from environments.shell.exercises import EXERCISES, TEST, TRAIN, Workdir
 from ors_server import Environment, TextBlock, ToolOutput, tool
+from ors_server.sandbox import private_dir, remove_tree
 
 MAX_COMMAND_CHARS = 100_000
 
@@ -93,7 +88,7 @@ class Shell(Environment):
         await self.shell.start()
 
     def _make_workdir(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="ors-shell-"))
+        self.root = private_dir("shell")  # named for this server: removed at a later start if it dies unclean
         workdir = self.root / "work"
         workdir.mkdir()
         for name, content in self.exercise.files.items():
@@ -108,7 +103,7 @@ class Shell(Environment):
         if self.shell is not None:
             await self.shell.close()
         if self.root is not None:
-            await anyio.to_thread.run_sync(_remove_tree, self.root)
+            await anyio.to_thread.run_sync(remove_tree, self.root)
 
     def get_prompt(self) -> list[TextBlock]:
         return [
@@ -153,21 +148,3 @@ class Shell(Environment):
             return self.exercise.check(workdir)
         except (OSError, ValueError) as exc:
             return f"the check could not read the working directory ({type(exc).__name__}: {exc})"
-
-
-def _remove_tree(root: Path) -> None:
-    """Remove `root`, including directories the agent made read-only."""
-
-    def make_writable_and_retry(function: Callable[..., Any], path: str, _exc: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(path), stat.S_IRWXU)
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.chmod(path, stat.S_IRWXU)
-            function(path)
-        except OSError:
-            pass
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(root, onexc=make_writable_and_retry)
-    else:
-        shutil.rmtree(root, onerror=make_writable_and_retry)

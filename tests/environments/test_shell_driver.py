@@ -8,6 +8,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -168,8 +169,8 @@ async def test_closing_during_a_command_ends_it(driver: BashDriver, workdir: Pat
 
 async def test_a_shell_that_cannot_start_says_why(workdir: Path) -> None:
     class Broken(Unconfined):
-        def argv(self) -> list[str]:
-            return ["bash", "-c", "echo 'no sandbox for you' >&2; exit 3"]
+        def command(self) -> tuple[list[str], dict[str, Any]]:
+            return ["bash", "-c", "echo 'no sandbox for you' >&2; exit 3"], super().command()[1]
 
     shell = BashDriver(Broken(workdir), timeout=1, output_cap=100)
     with pytest.raises(RuntimeError, match="the shell did not start: no sandbox for you"):

@@ -197,3 +197,90 @@ def test_the_server_its_api_key_and_other_sessions_secrets_are_out_of_reach(
     text = shell_output(client, attacker, f"echo {encoded} | base64 -d > /tmp/scan.py; python3 /tmp/scan.py {needles}")
     assert "found []" in text, text
     assert key not in text and secret not in text
+
+
+# Resource limits (`confinement.shell_resources`), and the hardening every sandbox shares (`ors_server.sandbox`).
+
+PROCESSES = 12
+
+
+@pytest.fixture
+def small_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORS_SHELL_MAX_PROCESSES", str(PROCESSES))
+    monkeypatch.setenv("ORS_SHELL_MEMORY_BYTES", str(128 * 1024 * 1024))
+    monkeypatch.setenv("ORS_SHELL_DISK_BYTES", str(4 * 1024 * 1024))
+    monkeypatch.setenv("ORS_SHELL_FILE_BYTES", str(8 * 1024 * 1024))
+
+
+# Starts sleeping processes until a fork fails (bash itself would retry a failed fork for seconds).
+FILL = (
+    'python3 -c "import os, time\n'
+    "started = 0\n"
+    "try:\n"
+    "    while started < 200:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(1000)\n"
+    "            os._exit(0)\n"
+    "        started += 1\n"
+    "except OSError:\n"
+    "    pass\n"
+    'print(started)"'
+)
+
+
+def count(text: str) -> int:
+    return int(text.split("stdout:\n")[1].split()[0])
+
+
+@pytest.mark.usefixtures("small_limits")
+async def test_a_session_starts_processes_up_to_its_limit_and_no_session_takes_anothers() -> None:
+    # Every sandbox runs as uid 65534; the limit counts in each one's own user namespace, so a full session
+    # leaves the others' budgets whole.
+    async with SessionStore(Settings()).run() as store:
+        store.create("a", Shell, {"id": "hello_file"})
+        store.create("b", Shell, {"id": "hello_file"})
+        a, b = await store.get_ready("a"), await store.get_ready("b")
+        if "python3" not in await bash(store, a, "command -v python3"):
+            pytest.skip("no python3 in the sandbox to fork with")
+        first = count(await bash(store, a, FILL))
+        second = count(await bash(store, b, FILL))  # while the first still holds all of its processes
+    # The sandbox's init, bash and python count too.
+    assert first == second == PROCESSES - 3
+
+
+@pytest.mark.usefixtures("small_limits")
+async def test_a_session_has_memory_and_disk_limits() -> None:
+    async with shell_session() as (store, session):
+        text = await bash(store, session, "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo ${#x}")
+        assert "300000000" not in text
+        text = await bash(
+            store,
+            session,
+            "head -c 64M /dev/zero > /tmp/big; wc -c < /tmp/big; head -c 64M /dev/zero > /work/big; wc -c < /work/big;"
+            "for path in /x /dev/x /usr/x; do echo > $path; done",
+        )
+    lines = text.splitlines()
+    assert lines[2:4] == [str(4 * 1024 * 1024), str(8 * 1024 * 1024)], text
+    assert "No space left on device" in text and ("File too large" in text or "File size limit" in text), text
+    assert text.count("Read-only file system") == 3, text
+
+
+async def test_commands_cannot_write_kernel_settings_or_trace_the_sandboxs_pid_1() -> None:
+    async with shell_session() as (store, session):
+        # The sysctl's own value written back: harmless, were it ever allowed.
+        text = await bash(
+            store, session, "v=$(cat /proc/sys/fs/lease-break-time); echo $v > /proc/sys/fs/lease-break-time"
+        )
+        assert text.startswith("exit code: 1\nstderr:\n") and ("Permission denied" in text or "Read-only" in text)
+        status = await bash(store, session, "grep -E '^(NoNewPrivs|CapEff|Seccomp):' /proc/self/status")
+        assert sorted(status.split("stdout:\n")[1].split()) == sorted(
+            ["NoNewPrivs:", "1", "CapEff:", "0" * 16, "Seccomp:", "2"]
+        )
+        if "python3" not in await bash(store, session, "command -v python3"):
+            pytest.skip("no python3 in the sandbox to call ptrace with")
+        seize = (
+            "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+            "print(libc.ptrace(0x4206, 1, 0, 0), ctypes.get_errno())"  # PTRACE_SEIZE does not stop pid 1
+        )
+        text = await bash(store, session, f'python3 -c "{seize}"')
+    assert text == "exit code: 0\nstdout:\n-1 1\n", text
