@@ -11,10 +11,9 @@ were lost. A call the server abandons (its tool timeout) kills its command the s
 still gets its own output. Each stream keeps its first `output_cap` bytes (64 KiB), with a note on the rest.
 
 Isolation. By default bash runs in a bubblewrap sandbox (see `confinement.py`): its own pid, user, network and
-mount namespaces, as uid 65534, with only its working directory and a small /tmp writable, and rlimits on memory, processes and file size (the
-`ORS_SHELL_*` variables; see `confinement.py`). Where bubblewrap cannot
-run, shell sessions fail to start unless the operator sets `ORS_SHELL_SANDBOX=none`, which runs them unconfined
-and logs a warning for every session.
+mount namespaces, as uid 65534, with only its working directory and a small /tmp writable, and rlimits on memory,
+processes and file size (the `ORS_SHELL_*` variables). Where bubblewrap cannot run, shell sessions fail to start
+unless the operator sets `ORS_SHELL_SANDBOX=none`, which runs them unconfined and logs a warning for every session.
 
 Modules: `driver` (the bash driver), `confinement` (the sandbox), `exercises` (the catalogue and its checks),
 `environment` (the `Shell` environment).
