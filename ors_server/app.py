@@ -22,6 +22,7 @@ from ors_server.hosts import AllowedHosts
 from ors_server.observability import Metrics, Observe
 from ors_server.registry import Registry
 from ors_server.sandbox import sweep_orphans
+from ors_server.scale.lookup import WorkerSide
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
@@ -70,6 +71,16 @@ def create_app(
             max_body_bytes=settings.max_body_bytes,
         ),
     ]
+    if settings.worker_tag is not None:
+        # Behind a front: answer its lookups and report this worker's load on every reply (`scale.lookup`).
+        mcp_face = next((f.state["mcp"] for f in faces_table.faces if "mcp" in f.state), None)
+        middleware.append(
+            Middleware(
+                WorkerSide,
+                store=store,
+                transport_key=mcp_face.key_for if mcp_face is not None else lambda _key: None,
+            )
+        )
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=_handlers(faces_table))
     app.state.settings = settings
     app.state.registry = registry

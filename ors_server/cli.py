@@ -46,6 +46,7 @@ SETTING_FLAGS: list[tuple[str, type, str, str]] = [
     ("codeact_memory_bytes", int, "N", "address space of an execute_code step's process (RLIMIT_AS)"),
     ("codeact_max_threads", int, "N", "threads an execute_code step may run at once (RLIMIT_NPROC in its sandbox)"),
     ("codeact_disk_bytes", int, "N", "size of an execute_code step's /tmp tmpfs, the only place it can write"),
+    ("front_directory_size", int, "N", "with --workers: session ids each front remembers the worker of"),
 ]
 
 

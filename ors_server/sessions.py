@@ -339,6 +339,8 @@ class SessionStore:
         """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
         self.overdue_calls = 0
         """Timed-out sync tool calls whose threads still run."""
+        self.running_calls = 0
+        """Tool calls started and not yet ended, over every session (a worker reports it to its fronts)."""
         self._replayable: deque[ToolCall] = deque()
         """Every finished call kept for replay, oldest first."""
         self.replay_chars = 0
@@ -354,6 +356,12 @@ class SessionStore:
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._sessions
+
+    def holds(self, session_id: str) -> str | None:
+        """'live' for a live session, 'deleted' for one remembered as deleted (410), else None."""
+        if session_id in self._sessions:
+            return "live"
+        return "deleted" if session_id in self._tombstones else None
 
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
@@ -807,6 +815,7 @@ class SessionStore:
         call = ToolCall(uuid.uuid4().hex, name, episode)
         episode.calls[call.id] = call
         session.running_calls += 1
+        self.running_calls += 1
         session.touch()
         self._spawn(self._run_call, session, episode, call, arguments)
         return call
@@ -837,6 +846,7 @@ class SessionStore:
                     episode.lock.release()
         finally:
             session.running_calls -= 1
+            self.running_calls -= 1
             session.touch()
             if not call.done:
                 self._publish(session, call, result, started)

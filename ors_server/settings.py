@@ -88,6 +88,8 @@ class Settings:
     """The size of a step's /tmp, the only place it can write (a tmpfs, so memory; the rest is read-only)."""
     codeact_output_chars: int = 64 * 1024
     """What a step prints, and its value, are each cut to this many characters."""
+    front_directory_size: int = 100_000
+    """Session ids a front remembers the worker of (least recently used forgotten first; ~200 bytes each)."""
     worker_tag: str | None = None
     """Set on a worker behind a front (`w<index>-<incarnation>`): the session ids it mints name it."""
 
@@ -118,6 +120,7 @@ class Settings:
             "max_task_spec_bytes",
             "max_replay_chars",
             "tombstones",
+            "front_directory_size",
             "codeact_memory_bytes",
             "codeact_max_threads",
             "codeact_disk_bytes",

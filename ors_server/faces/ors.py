@@ -255,7 +255,8 @@ async def task_range(request: Request) -> Response:
 
 
 async def create_session(request: Request) -> Response:
-    sid = ids.mint(request.app.state.settings.worker_tag)
+    # Never tagged with the worker: the session is made at `/create`, which a front places by load anywhere.
+    sid = ids.mint(None)
     if "text/event-stream" in request.headers.get("accept", ""):
         # The official clients read the sid from an SSE `task_id` event (a JSON reply makes them retry forever).
         body = sse.event("task_id", sid).encode() + sse.event("end", "").encode()

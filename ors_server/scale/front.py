@@ -30,7 +30,17 @@ from websockets.asyncio.client import ClientConnection
 
 from ors_server.guards import HeaderChecks, refuse_websocket
 from ors_server.scale import metrics as merged
-from ors_server.scale.keys import header_key, is_create, is_mcp_post, read_initialize, read_params_session
+from ors_server.scale.directory import DEFAULT_SIZE, Directory
+from ors_server.scale.ids import WorkerTag, split
+from ors_server.scale.keys import (
+    has_transport_id,
+    header_key,
+    is_create,
+    is_mcp_post,
+    read_initialize,
+    read_params_session,
+)
+from ors_server.scale.lookup import KEY_HEADER, LOAD_HEADER, LOOKUP_PATH, parse_load
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable, probe
@@ -42,6 +52,8 @@ UPSTREAM_CLOSE_TIMEOUT = 5.0
 """Seconds the closing handshake with a worker may take once the client's socket is done; then it is aborted."""
 SENDABLE_CLOSE_CODES = frozenset(range(1000, 1004)) | frozenset(range(1007, 1012)) | frozenset(range(3000, 5000))
 """Close codes a close frame may carry (RFC 6455 7.4): 1005, 1006 and 1015 only report what happened."""
+LOOKUP_TIMEOUT = 5.0
+LOOKUP_HEADERS = frozenset({b"host", b"authorization", b"x-api-key"})  # what a lookup takes from its request
 WS_HEADERS_NOT_FORWARDED = frozenset(
     {"host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
     | {"sec-websocket-protocol", "content-length", "transfer-encoding"}
@@ -69,8 +81,12 @@ class Front:
         lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
         on_unreachable: Callable[[Worker], None] | None = None,
         name: str = "0",
+        directory_size: int = DEFAULT_SIZE,
+        on_placed: Callable[[str, WorkerTag], None] | None = None,
     ) -> None:
         self.table = table
+        self.directory = Directory(directory_size)
+        self.on_placed = on_placed  # told of each session this front placed (`--fronts M`: the other fronts)
         self.name = name  # which front of the deployment this is (`--fronts M`: 0..M-1)
         self.refusals = refusals
         self.checks = checks
@@ -91,16 +107,110 @@ class Front:
 
     # Routing.
 
-    def _route(self, scope: Scope, key: str | None, creates: bool) -> Worker:
-        """The worker for this request; raises Lost (410) or Unavailable (503) when there is none."""
+    async def _route(self, scope: Scope, key: str | None, creates: bool, tried: list[Worker]) -> tuple[Worker, bool]:
+        """The worker for this request, and whether it was placed by load (True) rather than found holding `key`.
+
+        A known id goes to the worker this front recorded for it; an unknown one is looked up (`_ask`). An id no
+        live worker holds is placed by load when the request creates a session; otherwise any live worker answers
+        it (its 404, in the face's shape), except that an id minted by a worker incarnation that is gone is 410.
+        Hints in an id (a worker tag) only choose whom to ask first: they never place a session.
+        Raises Lost (410) or Unavailable (503)."""
         if key is None:
-            return self.table.place()
+            if creates:  # a session under an id its worker mints: placed by loads as of now
+                live = [w for w in self.table.workers() if w.state is State.LIVE and w not in tried]
+                await asyncio.gather(*(self._lookup(w, scope, None) for w in live))
+            return self.table.place(tried), True
+        tag = self.directory.get(key)
+        if tag is not None:
+            worker = self.table.current(tag)
+            if worker is not None and worker not in tried:
+                return worker, False
+            if not creates:
+                raise Lost(key)
+            self.directory.drop(key)  # its worker is gone: a create with this id is a new session
+        found = await self._ask(scope, key)
+        if found is not None and found not in tried:
+            self.directory.put(key, found.tag)
+            return found, False
+        if not creates:
+            hinted = split(key)
+            if hinted is not None and self.table.current(hinted[0]) is None:
+                raise Lost(key)
+        return self.table.place(tried), True
+
+    async def _ask(self, scope: Scope, key: str) -> Worker | None:
+        """The live (or draining) worker that holds `key` (live, else deleted), asked of the worker the id names
+        first, if it names one, then of all the others at once; None when none holds it."""
+        candidates = [w for w in self.table.workers() if w.state in (State.LIVE, State.DRAINING)]
+        hinted = split(key)
+        first = self.table.current(hinted[0]) if hinted is not None else None
+        if first is not None and first in candidates:
+            if await self._lookup(first, scope, key) is not None:
+                return first
+            candidates.remove(first)
+        answers = await asyncio.gather(*(self._lookup(w, scope, key) for w in candidates))
+        held = [(answer != "live", index) for index, answer in enumerate(answers) if answer is not None]
+        return candidates[min(held)[1]] if held else None
+
+    async def _lookup(self, worker: Worker, scope: Scope, key: str | None) -> str | None:
+        """Whether `worker` holds `key` ('live' or 'deleted'), or None (also when it cannot say now); its load
+        comes with the answer (with no key, only its load is asked for).
+
+        Asked with the client's Host and API key, so a worker tells a client only what it would tell it directly.
+        """
+        headers = [(name, value) for name, value in scope["headers"] if name in LOOKUP_HEADERS]
+        if key is not None:
+            if not key.isascii() or len(key) > 1024:
+                return None  # not an id any worker accepts: it answers the request itself (400)
+            headers.append((KEY_HEADER, key.encode()))
         try:
-            return self.table.owner(key)
-        except Unavailable:
-            if creates:
-                raise
-            raise Lost(key) from None
+            async with asyncio.timeout(LOOKUP_TIMEOUT):
+                reply = await self._upstream(worker).request("GET", LOOKUP_PATH.encode(), headers, b"")
+                try:
+                    body = b"".join([chunk async for chunk in reply.body()])
+                except BaseException:  # a timeout mid-body too: never leave the connection half read
+                    reply.close()
+                    raise
+        except WorkerUnreachable:
+            self.unreachable(worker)
+            return None
+        except (OSError, TimeoutError, httptools.HttpParserError):
+            return None
+        self._heard(worker, reply)
+        if reply.status != 200:
+            return None  # e.g. 401: the request itself gets the worker's refusal
+        try:
+            held = json.loads(body).get("held")
+        except (ValueError, AttributeError):
+            return None
+        return held if held in ("live", "deleted") else None
+
+    def _others(self, worker: Worker, tried: list[Worker]) -> bool:
+        """Whether a live worker other than `worker` is left to try."""
+        return any(w.live and w is not worker and w not in tried for w in self.table.workers())
+
+    @staticmethod
+    def _heard(worker: Worker, reply: Any) -> None:
+        """Take the worker's load report off its reply (clients never see it) and keep it."""
+        for name, value in reply.headers:
+            if name == LOAD_HEADER:
+                load = parse_load(value)
+                if load is not None:
+                    worker.report(*load)
+                reply.headers = [(n, v) for n, v in reply.headers if n != LOAD_HEADER]
+                return
+
+    def _record(self, key: str | None, worker: Worker, reply: Any, initialize: bool) -> None:
+        """After a session was created on `worker`: remember its id, and an MCP transport id it was given."""
+        keys = [key] if key is not None else []
+        if initialize:
+            transport = next((v for n, v in reply.headers if n == b"mcp-session-id"), None)
+            if transport is not None:
+                keys.append(transport.decode("latin-1"))
+        for placed in keys:
+            self.directory.put(placed, worker.tag)
+            if self.on_placed is not None:
+                self.on_placed(placed, worker.tag)
 
     def _upstream(self, worker: Worker) -> Upstream:
         if self.table.version != self._pruned_at:
@@ -162,6 +272,8 @@ class Front:
             return await self._health(scope, receive, send)
         if path == "/metrics" and scope["method"] == "GET":
             return await self._metrics(scope, receive, send)
+        if path.startswith("/_ors/"):
+            return await self.refusals.not_found(scope)(scope, receive, send)  # workers' lookups are for fronts
         try:
             body = await self._read_body(scope, receive)
         except _TooLarge:
@@ -169,43 +281,63 @@ class Front:
         except _ClientGone:
             return
         key = header_key(scope)
-        initialize = False
-        if key is None and is_mcp_post(scope):
-            initialize, key = read_initialize(body)
-            if not initialize:
-                key = read_params_session(body)
-        creates = initialize or is_create(scope)
+        initialize = opens = False
+        if is_mcp_post(scope) and not has_transport_id(scope):
+            # An `initialize` creates or attaches to the session its `_extra.session_id` (else X-Session-ID)
+            # names; another JSON-RPC POST may name one in `params.session_id`, or create one (OpenEnv's
+            # `openenv/session/create`).
+            initialize, named = read_initialize(body)
+            if initialize:
+                key = named or key
+            elif key is None:
+                opens, key = read_params_session(body)
+        creates = initialize or opens or is_create(scope)
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
-        for attempt in range(2):
+        tried: list[Worker] = []
+        for _ in range(self.table.size + 1):
             try:
-                worker = self._route(scope, key, creates)
+                worker, placed = await self._route(scope, key, creates, tried)
             except Lost:
                 self.outcomes["-", "lost"] += 1
                 return await self.refusals.lost(scope)(scope, receive, send)
             except Unavailable:
                 self.outcomes["-", "unavailable"] += 1
                 return await self.refusals.busy(scope)(scope, receive, send)
+            placing = placed and creates
             worker.in_flight += 1
+            worker.placing += placing
             try:
                 try:
                     reply = await self._upstream(worker).request(scope["method"], target, scope["headers"], body)
                 except WorkerUnreachable:
+                    # Nothing was sent to a live worker: a stateless request or a create goes to another one;
+                    # another request for a session it held is now answered 410.
                     self.unreachable(worker)
-                    if attempt == 0:
-                        continue  # a stateless request goes to another worker; a keyed one is now answered 410
-                    return await self.refusals.busy(scope)(scope, receive, send)
+                    tried.append(worker)
+                    continue
                 except (OSError, httptools.HttpParserError):
                     # The worker broke off or sent garbage before its reply began: as a proxy, 502.
                     self.outcomes[str(worker.tag.index), "bad_gateway"] += 1
                     bad = self.refusals.worker_failed(scope)
                     return await bad(scope, receive, send)
+                self._heard(worker, reply)
+                if placing and reply.status == 503 and worker.full and self._others(worker, tried):
+                    # Full since this front last heard from it: the session goes to another live worker.
+                    reply.close()
+                    tried.append(worker)
+                    continue
+                if creates and reply.status < 400:
+                    self._record(key, worker, reply, initialize)
                 await self._relay(reply, receive, send)
                 self.outcomes[str(worker.tag.index), "ok"] += 1
                 return
             finally:
                 worker.in_flight -= 1
+                worker.placing -= placing
+        self.outcomes["-", "unavailable"] += 1
+        return await self.refusals.busy(scope)(scope, receive, send)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope["headers"]:
@@ -266,9 +398,9 @@ class Front:
         refusal = self.checks.refusal(scope)
         if refusal is not None:
             return await refuse_websocket(scope, receive, send, refusal, self.refusals.response(scope, refusal))
-        key = header_key(scope)
+        key = header_key(scope)  # `?session_id=` attaches to a session; without it, the socket makes one
         try:
-            worker = self._route(scope, key, creates=True)
+            worker, _ = await self._route(scope, key, key is None, [])
         except (Lost, Unavailable) as exc:
             await self._deny_ws(scope, send, 410 if isinstance(exc, Lost) else 503)
             return
@@ -277,6 +409,8 @@ class Front:
             return
         worker.in_flight += 1
         code: int | None = None
+        placing = key is None  # the socket makes a session: count it as one until the worker has it
+        worker.placing += placing
         try:
             try:
                 upstream = await self._connect_ws(scope, worker)
@@ -288,12 +422,15 @@ class Front:
                 await self._deny_ws(scope, send, 410 if key else 503)
                 return
             try:
+                worker.placing -= placing
+                placing = False
                 await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
                 code = await self._bridge(upstream, receive, send)
             finally:
                 await self._close_upstream(upstream, code if code in SENDABLE_CLOSE_CODES else 1001)
         finally:
             worker.in_flight -= 1
+            worker.placing -= placing
 
     @staticmethod
     async def _close_upstream(upstream: ClientConnection, code: int) -> None:

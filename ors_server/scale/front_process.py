@@ -23,7 +23,9 @@ import uvicorn
 from ors_server.guards import HeaderChecks
 from ors_server.hosts import AllowedHosts
 from ors_server.loading import resolve_environments
+from ors_server.scale.directory import Directory
 from ors_server.scale.front import Front
+from ors_server.scale.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Worker, WorkerTable
 from ors_server.server import configure_logging
@@ -31,6 +33,9 @@ from ors_server.settings import Settings
 
 SPEC_VARIABLE = "ORS_FRONT_SPEC"
 LINE_LIMIT = 1 << 20
+RELAY_BUFFER = 1 << 20
+"""Bytes of placement reports a control socket may have queued; past that, reports are dropped (the front that
+misses one looks the id up when it first sees it)."""
 
 logger = logging.getLogger("ors_server.front")
 
@@ -42,6 +47,7 @@ class SupervisedTable:
         self.table, self.control_fd = table, control_fd
         self.server: uvicorn.Server | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.directory: Directory | None = None  # the front's, filled with the other fronts' placements
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[SupervisedTable]:
@@ -60,7 +66,13 @@ class SupervisedTable:
 
     async def _follow(self, reader: asyncio.StreamReader) -> None:
         while line := await reader.readline():
-            self.table.apply(json.loads(line)["rows"])
+            message = json.loads(line)
+            if "placed" in message:
+                key, tag = message["placed"]
+                if self.directory is not None:
+                    self.directory.put(key, WorkerTag.parse(tag))
+                continue
+            self.table.apply(message["rows"])
         # The supervisor is done with this front (the deployment stops) or is gone: finish and exit.
         if self.server is not None:
             self.server.should_exit = True
@@ -68,6 +80,12 @@ class SupervisedTable:
     def unreachable(self, worker: Worker) -> None:
         if self.writer is not None and not self.writer.is_closing():
             self.writer.write(json.dumps({"unreachable": str(worker.tag)}).encode() + b"\n")
+
+    def placed(self, key: str, tag: WorkerTag) -> None:
+        """Tell the other fronts (through the supervisor) where this front placed a new session."""
+        writer = self.writer
+        if writer is not None and not writer.is_closing() and writer.transport.get_write_buffer_size() < RELAY_BUFFER:
+            writer.write(json.dumps({"placed": [key, str(tag)]}).encode() + b"\n")
 
 
 def main() -> None:
@@ -84,10 +102,13 @@ def main() -> None:
         refusals,
         checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
         max_body_bytes=settings.max_body_bytes,
+        directory_size=settings.front_directory_size,
         lifespan=supervised.run,
         on_unreachable=supervised.unreachable,
         name=str(loaded["index"]),
+        on_placed=supervised.placed,
     )
+    supervised.directory = front.directory
     server = supervised.server = uvicorn.Server(front_config(front, settings, refusals))
     server.run(sockets=[socket.socket(fileno=loaded["listen_fd"])])
 

@@ -126,17 +126,29 @@ class FrontGroup:
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=front_process.LINE_LIMIT)
         self.processes[index], self.channels[index] = process, writer
         writer.write(self._message())
-        self._tasks.append(asyncio.ensure_future(self._listen(reader)))
+        self._tasks.append(asyncio.ensure_future(self._listen(index, reader)))
         logger.info("front %d (pid %d) accepting on %s", index, process.pid, listener.getsockname())
         return process
 
-    async def _listen(self, reader: asyncio.StreamReader) -> None:
-        """A front's reports: workers it found unreachable."""
+    async def _listen(self, index: int, reader: asyncio.StreamReader) -> None:
+        """A front's reports: workers it found unreachable, and sessions it placed (passed on to the others)."""
         while line := await reader.readline():
-            tag = WorkerTag.parse(json.loads(line)["unreachable"])
+            report = json.loads(line)
+            if "placed" in report:
+                self._relay(index, line)
+                continue
+            tag = WorkerTag.parse(report["unreachable"])
             worker = self.table.slots[tag.index] if tag.index < self.table.size else None
             if worker is not None and worker.tag == tag and self.on_unreachable is not None:
                 self.on_unreachable(worker)
+
+    def _relay(self, sender: int, line: bytes) -> None:
+        """Tell every other front where a session was placed, so that each knows it (and answers 410 for it once
+        its worker is gone) without a lookup. A front that does not keep up misses some: it looks them up."""
+        for index, channel in self.channels.items():
+            if index != sender and not channel.is_closing():
+                if channel.transport.get_write_buffer_size() < front_process.RELAY_BUFFER:
+                    channel.write(line)
 
     async def _watch(self, index: int, process: asyncio.subprocess.Process) -> None:
         failures = 0

@@ -1,9 +1,11 @@
-"""Session ids that name their worker, and the fixed slots that client-chosen ids hash to.
+"""Session ids that name the worker that made their session.
 
-An id a worker mints looks like `w<index>-<incarnation>-<check>:<random>`. The front routes it straight to
-that worker, so new sessions can be placed by load; a restarted worker has a new incarnation, so ids of the
-one that died are recognised as lost rather than sent to a stranger. The two hex characters of `check` make
-a client-chosen id that merely looks tagged (and fails the check) be hashed like any other client id.
+An id a worker mints as it creates the session (an MCP transport id, an OpenEnv session id) looks like
+`w<index>-<incarnation>-<check>:<random>`. It is a hint, never trusted for placement (anyone can write one):
+a front that meets such an id for the first time asks that worker first whether it holds it, and when no
+live worker holds it and that incarnation is gone, answers 410 rather than 404. A restarted worker has a new
+incarnation, so ids of the one that died never name it. The two hex characters of `check` make an id that
+merely looks tagged (and fails the check) count as no hint at all.
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ import uuid
 from dataclasses import dataclass
 from functools import cache
 from hashlib import blake2b
-
-SLOTS = 4096
-"""Client-chosen ids hash to this many slots; the worker table maps slots to workers."""
 
 _TAGGED = re.compile(r"w(\d{1,6})-(\d{1,9})-([0-9a-f]{2}):(.+)", re.DOTALL)
 
@@ -71,8 +70,3 @@ def split(session_id: str) -> tuple[WorkerTag, str] | None:
     if _check(str(tag), match[4]) != match[3]:
         return None
     return tag, match[4]
-
-
-def slot_of(key: str) -> int:
-    """The slot of a client-chosen id: a stable hash (not Python's per-process `hash`)."""
-    return int.from_bytes(blake2b(key.encode(), digest_size=8).digest(), "big") % SLOTS

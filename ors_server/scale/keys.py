@@ -51,17 +51,29 @@ def read_initialize(body: bytes) -> tuple[bool, str | None]:
     return True, (str(key).strip() or None) if key is not None else None
 
 
-def read_params_session(body: bytes) -> str | None:
-    """The `params.session_id` a JSON-RPC request names (OpenEnv's `tools/call`, `openenv/session/close`, ...)."""
+def read_params_session(body: bytes) -> tuple[bool, str | None]:
+    """Whether a JSON-RPC request creates a session (OpenEnv's `openenv/session/create`), and the
+    `params.session_id` it names (OpenEnv's `tools/call`, `openenv/session/close`, ...)."""
     try:
         message: Any = json.loads(body)
     except (ValueError, RecursionError):
-        return None
-    params = message.get("params") if isinstance(message, dict) else None
+        return False, None
+    if not isinstance(message, dict):
+        return False, None
+    params = message.get("params")
     key = params.get("session_id") if isinstance(params, dict) else None
-    return (str(key).strip() or None) if key is not None else None
+    return message.get("method") == "openenv/session/create", (str(key).strip() or None) if key is not None else None
+
+
+def has_transport_id(scope: Scope) -> bool:
+    """Whether the request names an MCP transport (`mcp-session-id`): then it is no `initialize`."""
+    return any(name == b"mcp-session-id" for name, _ in scope["headers"])
 
 
 def is_create(scope: Scope) -> bool:
-    """Whether the request is an ORS `/create`, which starts a session under the id it names."""
-    return scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/create")
+    """Whether the request may start a session under the id it names: ORS `/create`, and the control plane's
+    `initial_state` (which opens an unknown Eval Protocol id). An MCP `initialize` is told by its body."""
+    path = scope["path"].rstrip("/")
+    if scope["method"] == "POST":
+        return path.endswith("/create")
+    return scope["method"] == "GET" and path.endswith("/control/initial_state")

@@ -222,6 +222,7 @@ def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) 
         refusals,
         checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
         max_body_bytes=settings.max_body_bytes,
+        directory_size=settings.front_directory_size,
         lifespan=workers.run,
         on_unreachable=workers.unreachable,
     )

@@ -315,6 +315,7 @@ def serve(
             refusals,
             checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
             max_body_bytes=settings.max_body_bytes,
+            directory_size=settings.front_directory_size,
             lifespan=membership.run,
             on_unreachable=membership.unreachable,
         )

@@ -37,6 +37,9 @@ class Refusals:
     def busy(self, scope: Scope) -> Response:
         return self.response(scope, Unavailable(BUSY))
 
+    def not_found(self, scope: Scope) -> Response:
+        return self.response(scope, Refused(404, "Not Found"))
+
     def worker_failed(self, scope: Scope) -> Response:
         return self.response(scope, Refused(502, "The worker failed to answer"))
 

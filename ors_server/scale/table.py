@@ -1,20 +1,19 @@
-"""The workers a front routes to, and which of them owns a session key.
+"""The workers a front routes to, their load as the front last heard it, and where a new session goes.
 
-The table holds no session state: a tagged id names its worker, and a client-chosen id hashes to a slot
-whose owner is fixed by the number of worker slots. Slots never move while a deployment runs, so a
-session is never stranded on a worker that does not hold it; a slot whose worker is down (being restarted,
-or re-placed by Ray) has no owner until it is back.
+Which worker holds an existing session is not in this table: the front's directory (`directory`) and its
+lookups answer that. This table knows each worker slot's current incarnation and state, and the load each
+worker last reported (`scale.lookup`), so that `place` picks the live worker with the most room.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ors_server.scale.ids import WorkerTag, slot_of, split
+from ors_server.scale.ids import WorkerTag
 
 
 class State(Enum):
@@ -46,10 +45,31 @@ class Worker:
     address: Address
     state: State = State.LIVE
     in_flight: int = 0
+    """Requests this front has in flight to the worker."""
+    sessions: int = 0
+    """Sessions the worker held at its last reply to this front (`x-ors-load`)."""
+    calls: int = 0
+    """Tool calls it was running then."""
+    capacity: int | None = None
+    """Its `max_sessions` (None until it has replied once)."""
+    placing: int = 0
+    """Creates this front has sent it that it has not answered yet: counted as sessions already."""
 
     @property
     def live(self) -> bool:
         return self.state is State.LIVE
+
+    @property
+    def load(self) -> int:
+        """Sessions and running calls, as last reported, plus this front's creates on their way."""
+        return self.sessions + self.calls + self.placing
+
+    @property
+    def full(self) -> bool:
+        return self.capacity is not None and self.sessions + self.placing >= self.capacity
+
+    def report(self, sessions: int, calls: int, capacity: int) -> None:
+        self.sessions, self.calls, self.capacity = sessions, calls, capacity
 
 
 class Lost(Exception):
@@ -120,26 +140,21 @@ class WorkerTable:
     def live(self) -> list[Worker]:
         return [w for w in self.slots if w is not None and w.live]
 
-    def owner(self, key: str) -> Worker:
-        """The live worker holding (or to hold) session `key`; raises Lost or Unavailable."""
-        tagged = split(key)
-        if tagged is not None:
-            tag = tagged[0]
-            worker = self.slots[tag.index] if tag.index < self.size else None
-            if worker is None or worker.tag != tag or worker.state is State.DEAD:
-                raise Lost(key)
-            return worker
-        worker = self.slots[slot_of(key) % self.size]
-        if worker is None or worker.state is State.DEAD or worker.state is State.STARTING:
-            raise Unavailable(key)
+    def current(self, tag: WorkerTag) -> Worker | None:
+        """The worker incarnation `tag` names if it is still in its slot and not dead; else None (it is gone)."""
+        worker = self.slots[tag.index] if tag.index < self.size else None
+        if worker is None or worker.tag != tag or worker.state is State.DEAD:
+            return None
         return worker
 
-    def place(self) -> Worker:
-        """A worker for a request that names no session: the live one with the fewest requests in flight,
-        taking turns among equals so new sessions spread evenly."""
-        live = [w for w in self.slots if w is not None and w.state is State.LIVE]
+    def place(self, exclude: Collection[Worker] = ()) -> Worker:
+        """The worker for a new session (or a request that names none): among live workers, one that is not
+        full, with the least load (sessions + running calls, as last reported, + creates on their way), then
+        the fewest requests in flight from this front; equals take turns, so new sessions spread evenly.
+        Raises Unavailable when no worker is live."""
+        live = [w for w in self.slots if w is not None and w.state is State.LIVE and w not in exclude]
         if not live:
             raise Unavailable(None)
         start = next(self._turn) % len(live)
         turned = live[start:] + live[:start]
-        return min(turned, key=lambda w: w.in_flight)
+        return min(turned, key=lambda w: (w.full, w.load, w.in_flight))

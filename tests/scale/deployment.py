@@ -19,11 +19,13 @@ from typing import IO
 
 import httpx
 
-from ors_server.scale.ids import slot_of, split
+from ors_server.scale.ids import split
+from ors_server.scale.lookup import LOOKUP_PATH
 from tests.reliability.reliability_envs import mcp_open
 from tests.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+LOOKUP_HEADER = "x-ors-lookup"
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 60.0
 
@@ -57,20 +59,40 @@ class Deployment:
                 if entry.startswith(variable.encode() + b"="):
                     yield int(child), json.loads(entry.split(b"=", 1)[1])
 
+    def worker_sockets(self) -> dict[int, str]:
+        """Worker slot -> the Unix socket the live worker serves on."""
+        return {
+            int(re.match(r"w(\d+)", spec["settings"]["worker_tag"])[1]): spec["uds"]  # type: ignore[index]
+            for _, spec in self._child_specs("ORS_WORKER_SPEC")
+        }
+
+    def holder(self, session_id: str, api_key: str | None = None) -> int | None:
+        """The worker slot that holds `session_id` live, asked of every worker directly (as a front does)."""
+        headers = {LOOKUP_HEADER: session_id, **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+        for index, uds in sorted(self.worker_sockets().items()):
+            transport = httpx.HTTPTransport(uds=uds)
+            with httpx.Client(transport=transport, base_url="http://localhost", timeout=10) as direct:
+                if direct.get(LOOKUP_PATH, headers=headers).json()["held"] == "live":
+                    return index
+        return None
+
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
 
 
-def owner(session_id: str, workers: int = 2) -> int:
-    """The worker slot a session id routes to: named by a tagged id, else its hashed slot."""
+def minted_by(session_id: str) -> int:
+    """The worker slot a minted id (MCP transport id, OpenEnv session id) names: where it was created."""
     tagged = split(session_id)
-    return tagged[0].index if tagged else slot_of(session_id) % workers
+    assert tagged is not None, f"{session_id!r} names no worker"
+    return tagged[0].index
 
 
-def ids_on(worker: int, count: int, prefix: str, workers: int = 2) -> list[str]:
-    """`count` client-chosen ids that hash to `worker`."""
-    found = [f"{prefix}-{i}" for i in range(200) if owner(f"{prefix}-{i}", workers) == worker]
-    return found[:count]
+def live_sessions(metrics: str) -> dict[int, int]:
+    """Worker slot -> its live sessions (every environment), from the front's merged `/metrics`."""
+    counts: dict[int, int] = {}
+    for worker, value in re.findall(r'ors_live_sessions\{worker="(\d+)",env="[^"]*"\} ([0-9.]+)', metrics):
+        counts[int(worker)] = counts.get(int(worker), 0) + int(float(value))
+    return counts
 
 
 @contextlib.contextmanager
@@ -122,25 +144,28 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             raise AssertionError("the deployment ignored SIGTERM") from None
 
 
-def journaled_sessions_with_naps(client: httpx.Client, url: str) -> tuple[list[str], dict[str, bytes], list]:
+def journaled_sessions_with_naps(client: httpx.Client, running: Deployment) -> tuple[list[str], dict[str, bytes], list]:
     """At least four ORS sessions and one MCP session per worker of a 2-worker `Journaled` deployment, and a slow
     `nap` call streaming on one session of each worker. Returns the session tags, the dict each call's body lands
     in when it ends, and the callers' threads."""
+    url = running.url
     tags: list[str] = []
-    while {owner(t) for t in tags} != {0, 1} or len(tags) < 4:
+    for _ in range(4):  # placed by load: two on each worker
         sid = client.post("/create_session").json()["sid"]
         created = client.post("/create", json={"task_spec": {"tag": sid}}, headers={"X-Session-ID": sid})
         assert created.status_code == 200, created.text
         tags.append(sid)
-    for worker in (0, 1):
-        tag = ids_on(worker, 1, f"mcp-{uuid.uuid4().hex[:6]}")[0]
+    for _ in (0, 1):
+        tag = f"mcp-{uuid.uuid4().hex[:6]}"
         mcp_open(client, "/mcp/", {"session_id": tag, "config": {"task_spec": {"tag": tag}}})
         tags.append(tag)
+    holders = {tag: running.holder(tag) for tag in tags}
+    assert set(holders.values()) == {0, 1}, holders
     in_flight: dict[str, bytes] = {}
     streaming = [threading.Event(), threading.Event()]
     callers = []
     for worker in (0, 1):
-        sid = next(t for t in tags if owner(t) == worker)
+        sid = next(t for t in tags[:4] if holders[t] == worker)
 
         def nap(sid: str = sid, started: threading.Event = streaming[worker]) -> None:
             headers = {"X-Session-ID": sid, "Accept": "text/event-stream"}

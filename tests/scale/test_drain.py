@@ -20,7 +20,7 @@ def test_sigterm_tears_every_session_on_every_worker_down_once_after_calls_in_fl
     with deployment(tmp_path, "--env", "tests.reliability.reliability_envs:Journaled", env=env) as front:
         with httpx.Client(base_url=front.url, timeout=30) as client:
             # One call in flight on each worker when the signal lands: they get the grace period to finish.
-            tags, in_flight, callers = journaled_sessions_with_naps(client, front.url)
+            tags, in_flight, callers = journaled_sessions_with_naps(client, front)
 
         started = time.monotonic()
         front.process.send_signal(signal.SIGTERM)

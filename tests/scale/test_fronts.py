@@ -17,7 +17,7 @@ import pytest
 
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import call, raw_initialize
-from tests.scale.deployment import Deployment, deployment, ids_on, journaled_sessions_with_naps, owner
+from tests.scale.deployment import Deployment, deployment, journaled_sessions_with_naps
 from tests.scale.test_workers import COUNTER, key, ors_session, sse_call
 
 pytestmark = pytest.mark.anyio
@@ -69,9 +69,9 @@ async def test_new_connections_land_on_both_fronts_and_each_aggregates_every_wor
 async def test_sessions_made_on_one_connection_are_driven_from_whichever_front_accepts(fronts):
     async with httpx.AsyncClient(base_url=fronts.url, timeout=30) as one:
         sids = []
-        while {owner(sid) for sid in sids} != {0, 1}:
+        while {fronts.holder(sid) for sid in sids} != {0, 1}:
             sids.append(await ors_session(one, start=100))
-        episodes = {worker: ids_on(worker, 1, f"ep-{uuid.uuid4().hex[:6]}")[0] for worker in (0, 1)}
+        episodes = {worker: f"ep-{uuid.uuid4().hex[:6]}" for worker in (0, 1)}
         transports = {}
         for worker, ep_id in episodes.items():
             opened = await raw_initialize(one, "/counter/mcp", {"session_id": ep_id, "seed": 2})
@@ -127,7 +127,7 @@ async def test_sigkill_of_a_worker_makes_its_sessions_410_through_every_front(tm
             sessions: dict[int, str] = {}
             while len(sessions) < 2:
                 sid = await ors_session(http)
-                sessions.setdefault(owner(sid), sid)
+                sessions.setdefault(running.holder(sid), sid)  # type: ignore[arg-type]
             os.kill(running.worker_pids()[1], signal.SIGKILL)
             killed = time.monotonic()
             with anyio.fail_after(10):
@@ -153,7 +153,7 @@ def test_sigterm_drains_every_session_once_and_leaves_no_front_behind(tmp_path: 
         front_pids = running.front_pids()
         with httpx.Client(base_url=running.url, timeout=30, headers=NEW_CONNECTION) as client:
             # A call in flight on each worker when the signal lands: relayed to its client while the workers drain.
-            tags, in_flight, callers = journaled_sessions_with_naps(client, running.url)
+            tags, in_flight, callers = journaled_sessions_with_naps(client, running)
         running.process.send_signal(signal.SIGTERM)
         running.process.wait(timeout=GRACE + MARGIN)
         for caller in callers:

@@ -1,4 +1,4 @@
-"""The routing rule in isolation: tagged ids, slots, key extraction, the worker table and merged metrics."""
+"""The routing parts in isolation: tagged ids, key extraction, the worker table, the directory, merged metrics."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ors_server.scale import metrics
-from ors_server.scale.ids import SLOTS, WorkerTag, mint, slot_of, split
+from ors_server.scale.directory import Directory
+from ors_server.scale.ids import WorkerTag, mint, split
 from ors_server.scale.keys import header_key, read_initialize
-from ors_server.scale.table import Address, Lost, State, Unavailable, Worker, WorkerTable
+from ors_server.scale.table import Address, State, Unavailable, Worker, WorkerTable
 from ors_server.settings import Settings
 
 
@@ -32,12 +33,6 @@ def test_a_minted_id_names_its_worker_and_a_look_alike_without_the_check_does_no
         Settings(worker_tag="worker one")
 
 
-def test_client_chosen_ids_hash_to_stable_slots_spread_over_the_table():
-    assert slot_of("rollout-1") == slot_of("rollout-1") < SLOTS
-    owners = [slot_of(f"rollout-{i}") % 4 for i in range(4000)]
-    assert all(800 < owners.count(worker) < 1200 for worker in range(4))
-
-
 def test_the_key_is_x_session_id_then_mcp_session_id_then_a_websockets_query():
     assert header_key(http({"mcp-session-id": "m", "X-Session-ID": " x "})) == "x"
     assert header_key(http({"mcp-session-id": "m"})) == "m"
@@ -55,30 +50,44 @@ def test_only_an_initialize_is_read_for_its_eval_protocol_session_id():
     assert read_initialize(b"not json") == (False, None)
 
 
-def test_the_table_loses_ids_of_dead_incarnations_and_holds_hashed_keys_while_their_worker_restarts():
+def test_the_table_names_current_incarnations_only_and_places_by_room():
     table = WorkerTable(2)
     first = [Worker(WorkerTag(i, 1), Address(uds=f"/w{i}")) for i in range(2)]
     for worker in first:
         table.put(worker)
-    minted = first[1].tag.mint()
-    assert table.owner(minted) is first[1]
-    hashed = next(f"k{i}" for i in range(100) if slot_of(f"k{i}") % 2 == 1)
-    assert table.owner(hashed) is first[1]
+    assert table.current(first[1].tag) is first[1]
+    first[0].report(sessions=3, calls=1, capacity=4)
+    assert {table.place() for _ in range(4)} == {first[1]}  # the one with the most room
+    first[1].report(sessions=2, calls=2, capacity=4)
+    assert {table.place() for _ in range(4)} == {first[0], first[1]}  # equals take turns
+    first[1].placing = 2  # creates on their way count as sessions: worker 1 is full
+    assert {table.place() for _ in range(4)} == {first[0]}
 
     assert table.mark(first[1].tag, State.DEAD)
-    with pytest.raises(Lost):
-        table.owner(minted)
-    with pytest.raises(Unavailable):
-        table.owner(hashed)
+    assert table.current(first[1].tag) is None
     assert {table.place() for _ in range(4)} == {first[0]}  # new sessions only on live workers
+    with pytest.raises(Unavailable):
+        table.place(exclude=[first[0]])
 
     reborn = Worker(WorkerTag(1, 2), Address(uds="/w1b"))
     table.put(reborn)
-    with pytest.raises(Lost):
-        table.owner(minted)  # the old incarnation's ids never reach the new worker
-    assert table.owner(hashed) is reborn
-    assert {table.place() for _ in range(4)} == {first[0], reborn}
+    assert table.current(first[1].tag) is None  # the old incarnation's sessions never reach the new worker
+    assert table.place() is reborn  # it is empty: it takes the next new session
     assert not table.mark(first[1].tag, State.LIVE)  # a stale incarnation cannot be revived
+
+
+def test_the_directory_is_bounded_and_forgets_the_least_recently_used_first():
+    directory = Directory(3)
+    tag = WorkerTag(0, 1)
+    for key in ("a", "b", "c"):
+        directory.put(key, tag)
+    assert directory.get("a") == tag  # used: now the most recent
+    directory.put("d", tag)
+    assert len(directory) == 3 and directory.get("b") is None and directory.get("a") == tag
+    directory.drop("a")
+    assert directory.get("a") is None
+    with pytest.raises(ValueError):
+        Directory(0)
 
 
 def test_merged_metrics_label_every_sample_with_its_worker_and_stay_valid_prometheus_text():
@@ -108,21 +117,19 @@ def test_a_front_follows_a_published_table_and_its_own_verdict_of_death_stands()
         (first, Address(uds="/tmp/w0-1.sock"), State.LIVE),
         (second, Address(uds="/tmp/w1-1.sock"), State.LIVE),
     ]
-    front.owner(second.mint()).in_flight = 3
+    front.current(second).in_flight = 3  # type: ignore[union-attr]
     # The front finds worker 0 unreachable before the supervisor sees it exit: a stale row does not revive it.
     front.mark(first, State.DEAD)
     front.apply(supervisor.rows())
-    with pytest.raises(Lost):
-        front.owner(first.mint())
-    assert front.owner(second.mint()).in_flight == 3  # a known incarnation keeps this front's counts
+    assert front.current(first) is None
+    assert front.current(second).in_flight == 3  # type: ignore[union-attr]  # a known incarnation keeps its counts
     # Its next incarnation replaces it; the old one's ids stay lost.
     supervisor.mark(first, State.DEAD)
     supervisor.put(Worker(WorkerTag(0, 2), Address(uds="/tmp/w0-2.sock"), State.STARTING))
     supervisor.mark(WorkerTag(0, 2), State.LIVE)
     front.apply(supervisor.rows())
-    assert front.owner(WorkerTag(0, 2).mint()).address == Address(uds="/tmp/w0-2.sock")
-    with pytest.raises(Lost):
-        front.owner(first.mint())
+    assert front.current(WorkerTag(0, 2)).address == Address(uds="/tmp/w0-2.sock")  # type: ignore[union-attr]
+    assert front.current(first) is None
     assert changes == [1, 2, 3, 4, 5]
 
 

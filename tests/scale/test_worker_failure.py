@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.faces.mcp_helpers import raw_initialize
-from tests.scale.deployment import Deployment, deployment, ids_on, owner
+from tests.scale.deployment import Deployment, deployment
 from tests.scale.test_workers import COUNTER, key, ors_session, sse_call
 
 pytestmark = pytest.mark.anyio
@@ -25,20 +25,22 @@ def front(tmp_path) -> Iterator[Deployment]:
         yield running
 
 
-async def sessions_on_both(http: httpx.AsyncClient) -> dict[int, str]:
+async def sessions_on_both(http: httpx.AsyncClient, front: Deployment) -> dict[int, str]:
     by_worker: dict[int, str] = {}
     while len(by_worker) < 2:
         sid = await ors_session(http)
-        by_worker.setdefault(owner(sid), sid)
+        by_worker.setdefault(front.holder(sid), sid)  # type: ignore[arg-type]
     return by_worker
 
 
 async def test_sigkill_of_one_worker_loses_only_its_sessions_and_new_ones_go_to_live_workers(front):
     async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
-        ors = await sessions_on_both(http)
-        rollouts = {worker: ids_on(worker, 1, "ep")[0] for worker in (0, 1)}
-        for ep_id in rollouts.values():
+        ors = await sessions_on_both(http, front)
+        rollouts: dict[int, str] = {}
+        while len(rollouts) < 2:
+            ep_id = f"ep-{len(rollouts)}-{time.monotonic_ns()}"
             assert (await raw_initialize(http, "/counter/mcp", {"session_id": ep_id})).status_code == 200
+            rollouts.setdefault(front.holder(ep_id), ep_id)  # type: ignore[arg-type]
         for sid in ors.values():
             await sse_call(http, sid, "increment")
 
@@ -52,9 +54,9 @@ async def test_sigkill_of_one_worker_loses_only_its_sessions_and_new_ones_go_to_
                     break
                 await anyio.sleep(0.01)
         print(f"410 after {time.monotonic() - killed:.3f} s")
-        # Its Eval Protocol session (a hashed id) is gone too: 410 while its slot restarts, then 404.
+        # Its Eval Protocol session (a client-chosen id the front placed there) is lost too.
         lost = await http.get("/counter/control/status", headers={"mcp-session-id": rollouts[1]})
-        assert lost.status_code in (404, 410) and "error" in lost.json()
+        assert lost.status_code == 410 and "error" in lost.json()
 
         # The other worker's sessions go on.
         result = await sse_call(http, ors[0], "increment")
@@ -70,10 +72,10 @@ async def test_sigkill_of_one_worker_loses_only_its_sessions_and_new_ones_go_to_
                 if (await http.get("/health")).json()["workers"] == {"0": "ok", "1": "ok"}:
                     break
                 await anyio.sleep(0.1)
-        placed = {owner(await ors_session(http)) for _ in range(4)}
-        assert placed == {0, 1}
+        placed = [front.holder(await ors_session(http)) for _ in range(4)]
+        assert placed.count(1) >= 2, placed  # the restarted worker, empty, takes most of them
         assert front.worker_pids()[1] != pids[1]
         # The old incarnation's ids stay lost; they never reach the new worker.
         assert (await http.post("/ping", headers=key(ors[1]))).status_code == 410
         reborn = await http.get("/counter/control/status", headers={"mcp-session-id": rollouts[1]})
-        assert reborn.status_code == 404
+        assert reborn.status_code == 410

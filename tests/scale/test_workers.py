@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
@@ -13,7 +14,7 @@ from websockets.asyncio.client import connect as websockets_connect
 
 from tests.faces.mcp_helpers import call, mcp_client, raw_initialize, text
 from tests.reliability.reliability_envs import sse_events
-from tests.scale.deployment import Deployment, deployment, ids_on, owner
+from tests.scale.deployment import Deployment, deployment, minted_by
 
 pytestmark = pytest.mark.anyio
 
@@ -49,7 +50,7 @@ async def sse_call(http: httpx.AsyncClient, sid: str, name: str, arguments: dict
 async def test_ors_sessions_are_placed_on_both_workers_and_each_plays_through_its_owner(front):
     async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
         sids = [await ors_session(http, start) for start in range(4)]
-        assert {owner(sid) for sid in sids} == {0, 1}
+        assert {front.holder(sid) for sid in sids} == {0, 1}
         for start, sid in enumerate(sids):
             result = await sse_call(http, sid, "increment", {"by": 2})
             assert json.loads(result["output"]["blocks"][0]["text"]) == {"count": start + 2}
@@ -61,17 +62,18 @@ async def test_ors_sessions_are_placed_on_both_workers_and_each_plays_through_it
             assert (await http.post("/ping", headers=key(sid))).status_code == 410  # deleted, as on one server
 
 
-async def test_client_chosen_ors_ids_hash_to_their_worker_and_unknown_ids_answer_404(front):
+async def test_client_chosen_ors_ids_are_placed_on_both_workers_and_unknown_ids_answer_404(front):
     async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
-        for worker in (0, 1):
-            for sid in ids_on(worker, 2, f"chosen-{worker}"):
-                body = {"env_name": "counter", "task_spec": {"start": 1}}
-                assert (await http.post("/create", json=body, headers=key(sid))).status_code == 200
-                result = await sse_call(http, sid, "increment")
-                assert result["ok"] is True
-                await http.post("/delete", headers=key(sid))
-        for worker in (0, 1):
-            unknown = ids_on(worker, 1, "never-created")[0]
+        chosen = [f"chosen-{i}" for i in range(4)]
+        for sid in chosen:
+            body = {"env_name": "counter", "task_spec": {"start": 1}}
+            assert (await http.post("/create", json=body, headers=key(sid))).status_code == 200
+            result = await sse_call(http, sid, "increment")
+            assert result["ok"] is True
+        assert {front.holder(sid) for sid in chosen} == {0, 1}
+        for sid in chosen:
+            await http.post("/delete", headers=key(sid))
+        for unknown in ("never-created-1", "never-created-2"):
             assert (await http.post("/ping", headers=key(unknown))).status_code == 404
             status = await http.get("/control/status", headers={"mcp-session-id": unknown})
             assert status.status_code == 404 and "error" in status.json()
@@ -86,18 +88,18 @@ async def test_mcp_clients_get_transport_ids_of_both_workers_and_play_through_th
             first = await session.call_tool("increment", {"by": 3})
             second = await session.call_tool("increment", {"by": 1})
             assert json.loads(text(first)) == {"count": 3} and json.loads(text(second)) == {"count": 4}
-            seen.add(owner(transport_ids[0]))
+            seen.add(minted_by(transport_ids[0]))
     assert seen == {0, 1}
 
 
 async def test_eval_protocol_sessions_on_both_workers_are_driven_over_mcp_and_the_control_plane(front):
     async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
         for worker in (0, 1):
-            ep_id = ids_on(worker, 1, "rollout")[0]
+            ep_id = f"rollout-{worker}"
             opened = await raw_initialize(http, "/counter/mcp", {"session_id": ep_id, "seed": 2})
             assert opened.status_code == 200, opened.text
             transport = opened.headers["mcp-session-id"]
-            assert owner(transport) == worker  # the transport id names the worker the body routed to
+            assert minted_by(transport) == front.holder(ep_id)  # the transport id names the worker of the episode
             state = await http.get("/counter/control/initial_state", headers={"mcp-session-id": ep_id})
             assert state.json() == {"observation": "count from 20\nuse increment"}
             result = await call(http, "/counter/mcp", transport, "increment", {"by": 5})
@@ -113,7 +115,7 @@ async def test_eval_protocol_sessions_on_both_workers_are_driven_over_mcp_and_th
 async def test_a_session_created_over_ors_is_driven_over_mcp_and_read_on_the_control_plane(front):
     async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
         sids = [await ors_session(http, start=10) for _ in range(2)]
-        assert {owner(sid) for sid in sids} == {0, 1}
+        assert {front.holder(sid) for sid in sids} == {0, 1}
         for sid in sids:
             async with mcp_client(f"{front.url}/counter/mcp", headers=key(sid)) as (session, _):
                 result = await session.call_tool("increment", {"by": 1})
@@ -134,7 +136,7 @@ async def test_discovery_health_and_metrics_answer_as_one_server(front):
         sids = [await ors_session(http) for _ in range(2)]
         metrics = (await http.get("/metrics")).text
     for sid in sids:
-        assert f'ors_live_sessions{{worker="{owner(sid)}",env="counter"}}' in metrics
+        assert f'ors_live_sessions{{worker="{front.holder(sid)}",env="counter"}}' in metrics
     assert metrics.count("# TYPE ors_live_sessions gauge") == 1
     assert 'ors_front_workers{state="live"} 2' in metrics
 
@@ -169,20 +171,21 @@ def test_the_cli_refuses_zero_workers(tmp_path: Path):
 async def test_openenv_sockets_and_jsonrpc_sessions_live_on_both_workers_and_play_through_their_owner(front):
     ws_url = front.url.replace("http://", "ws://") + "/openenv/counter/ws"
 
-    async def socket_session(seed: int) -> tuple[str, int]:
-        async with websockets_connect(ws_url, open_timeout=30) as ws:
-            await ws.send(json.dumps({"type": "reset", "data": {"seed": seed}}))
-            await ws.recv()
-            step = {"type": "call_tool", "tool_name": "increment", "arguments": {"by": 1}}
-            await ws.send(json.dumps({"type": "step", "data": step}))
-            count = json.loads(json.loads(await ws.recv())["data"]["observation"]["result"]["data"])["count"]
-            await ws.send(json.dumps({"type": "state"}))
-            sid = json.loads(await ws.recv())["data"]["episode_id"]
+    async def socket_session(sockets: AsyncExitStack, seed: int) -> tuple[str, int]:
+        ws = await sockets.enter_async_context(websockets_connect(ws_url, open_timeout=30))
+        await ws.send(json.dumps({"type": "reset", "data": {"seed": seed}}))
+        await ws.recv()
+        step = {"type": "call_tool", "tool_name": "increment", "arguments": {"by": 1}}
+        await ws.send(json.dumps({"type": "step", "data": step}))
+        count = json.loads(json.loads(await ws.recv())["data"]["observation"]["result"]["data"])["count"]
+        await ws.send(json.dumps({"type": "state"}))
+        sid = json.loads(await ws.recv())["data"]["episode_id"]
         return sid, count
 
-    played = [await socket_session(seed) for seed in range(4)]
+    async with AsyncExitStack() as sockets:  # all open at once: each new one goes where there is most room
+        played = [await socket_session(sockets, seed) for seed in range(4)]
     assert [count for _, count in played] == [seed * 10 + 1 for seed in range(4)]
-    assert {owner(sid) for sid, _ in played} == {0, 1}
+    assert {minted_by(sid) for sid, _ in played} == {0, 1}
 
     async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
 
@@ -193,7 +196,7 @@ async def test_openenv_sockets_and_jsonrpc_sessions_live_on_both_workers_and_pla
             return answer.json()
 
         created = [(await rpc("openenv/session/create"))["result"]["session_id"] for _ in range(4)]
-        assert {owner(sid) for sid in created} == {0, 1}
+        assert {minted_by(sid) for sid in created} == {0, 1}
         for sid in created:
             called = await rpc("tools/call", name="increment", arguments={"by": 3}, session_id=sid)
             assert json.loads(called["result"]["data"]) == {"count": 3}
