@@ -7,6 +7,10 @@
   ws     WebSocket message round trip: an echo server direct vs through the front, and the front's CPU per message
   openenv  OpenEnv WebSocket `state` frames on one socket, direct vs through the front, and the front's CPU per frame
   kill   time from SIGKILL of a worker to its session's first 410 at the front
+  placed a CPU-bound tool, 4 sessions with client-chosen ids (ones the old hash rule put on one worker) in closed
+         loops: calls/s with `--workers 1` vs `--workers 2`, and where the 4 sessions were placed
+  lookup what finding a session costs at the front (`--workers 2`): p50 of the first request for an id the front
+         has not seen (it asks the workers) vs later ones (its directory), and of a create through the front
 
 Contenders are interleaved round by round and medians shown with ranges: the machine is shared and noisy.
 """
@@ -51,6 +55,30 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def worker_spec(front: int, slot: int) -> dict:
+    """The spec (JSON in its environment) of the worker process in `slot`."""
+    for child in Path(f"/proc/{front}/task/{front}/children").read_text().split():
+        for entry in Path(f"/proc/{child}/environ").read_bytes().split(b"\0"):
+            if entry.startswith(b"ORS_WORKER_SPEC="):
+                spec = json.loads(entry.split(b"=", 1)[1])
+                if spec["settings"]["worker_tag"].startswith(f"w{slot}-"):
+                    return spec
+    raise LookupError(slot)
+
+
+async def worker_conn(front: int, slot: int) -> Conn:
+    """A connection to one worker's own Unix socket, past the front."""
+    conn = Conn("localhost", 0)
+    conn.reader, conn.writer = await asyncio.open_unix_connection(worker_spec(front, slot)["uds"])
+    return conn
+
+
+async def holds(conn: Conn, sid: str) -> bool:
+    """Whether the worker on `conn` holds `sid` live (its lookup answer, as a front reads it)."""
+    _, _, body = await conn.request("GET", "/_ors/lookup", b"", {"x-ors-lookup": sid})
+    return json.loads(body)["held"] == "live"
+
+
 def worker_pid(front: int, slot: int) -> int:
     """The pid of the worker process in `slot` (its spec in the environment names its tag)."""
     for child in Path(f"/proc/{front}/task/{front}/children").read_text().split():
@@ -60,11 +88,12 @@ def worker_pid(front: int, slot: int) -> int:
 
 
 @contextmanager
-def server(workers: int | None) -> Iterator[tuple[int, int]]:
+def server(workers: int | None, fronts: int = 1) -> Iterator[tuple[int, int]]:
     """`ors-server serve` (one process, or `--workers N` behind the front); yields (port, pid) once healthy."""
     port = free_port()
     command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--env", ENV]
     command += ["--log-level", "warning"] + (["--workers", str(workers)] if workers else [])
+    command += ["--fronts", str(fronts)] if fronts > 1 else []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = LOGS / f"server-{port}.log"
     with open(log, "wb") as out:
@@ -92,9 +121,10 @@ def server(workers: int | None) -> Iterator[tuple[int, int]]:
             proc.wait()
 
 
-async def new_session(conn: Conn) -> str:
-    status, _, body = await conn.request("POST", "/create_session")
-    sid = json.loads(body)["sid"]
+async def new_session(conn: Conn, sid: str | None = None) -> str:
+    if sid is None:
+        status, _, body = await conn.request("POST", "/create_session")
+        sid = json.loads(body)["sid"]
     created = json.dumps({"env_name": "burn", "task_spec": {}}).encode()
     status, _, body = await conn.request("POST", "/create", created, {"x-session-id": sid, **SSE})
     if status != 200:
@@ -360,11 +390,12 @@ def kill(args: argparse.Namespace) -> None:
         for _ in range(args.rounds):
 
             async def once(victim: int) -> float:
-                conn = Conn(HOST, port)
-                while True:  # a session on worker 1 (a tagged id names its worker)
+                conn, worker1 = Conn(HOST, port), await worker_conn(pid, 1)
+                while True:  # a session on worker 1 (asked of worker 1 itself)
                     sid = await new_session(conn)
-                    if sid.startswith("w1-"):
+                    if await holds(worker1, sid):
                         break
+                worker1.close()
                 await ping(conn, sid)
                 os.kill(victim, signal.SIGKILL)
                 killed = time.perf_counter()
@@ -386,9 +417,114 @@ def kill(args: argparse.Namespace) -> None:
     print(f"\nkill: SIGKILL of a worker to its session's first 410 at the front: {spread(times, '{:.1f}')} ms")
 
 
+def old_hash_slot(key: str) -> int:
+    """Where the old rule (before placement by load) sent a client-chosen id: blake2b to 4,096 slots, mod N."""
+    from hashlib import blake2b
+
+    return int.from_bytes(blake2b(key.encode(), digest_size=8).digest(), "big") % 4096
+
+
+def placed(args: argparse.Namespace) -> None:
+    contenders = {"--workers 1": 1, "--workers 2": 2}
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    bare: list[float] = []
+    placements: list[str] = []
+    for round_ in range(args.rounds):
+        one, two = bare_ceiling(1, args.duration / 2), bare_ceiling(2, args.duration / 2)
+        bare.append(two / one)
+        print(f"  bare Python: 1 process {one:.1f} loops/s, 2 processes {two:.1f} loops/s", flush=True)
+        # Four ids of a trainer's choosing that the old rule sent all to worker 0 of 2.
+        ids = [f"trainer-{round_}-{i}" for i in range(400) if old_hash_slot(f"trainer-{round_}-{i}") % 2 == 0][:4]
+        for name, workers in contenders.items():
+            with server(workers) as (port, pid):
+                result = asyncio.run(
+                    run(HOST, port, 4, args.duration, lambda c, i, ids=ids: new_session(c, ids[i]), call("burn", {}))
+                )
+                if workers == 2:
+
+                    async def where(ids: list[str] = ids) -> str:
+                        conns = [await worker_conn(pid, slot) for slot in (0, 1)]
+                        on = [sum([await holds(c, sid) for sid in ids]) for c in conns]
+                        for c in conns:
+                            c.close()
+                        return f"{on[0]}:{on[1]}"
+
+                    placements.append(asyncio.run(where()))
+            rates[name].append(result.rate)
+            print(f"  {name}: {result.rate:.1f} calls/s ({result.errors} errors)", flush=True)
+    print("\nplaced: 4 sessions with client-chosen ids calling a ~15 ms pure-Python tool (calls/s, median (range))")
+    for name, values in rates.items():
+        print(f"  {name:12} {spread(values, '{:.1f}')}")
+    ratios = [w2 / w1 for w1, w2 in zip(rates["--workers 1"], rates["--workers 2"], strict=True)]
+    print(f"  --workers 2 / --workers 1, per round: {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"  sessions on worker 0:1 with --workers 2, per round: {', '.join(placements)}")
+    print(f"  the machine's own ceiling, 2 / 1 bare Python processes, per round: {', '.join(f'{r:.2f}' for r in bare)}")
+
+
+def lookup(args: argparse.Namespace) -> None:
+    first: list[float] = []
+    later: list[float] = []
+    creates: list[float] = []
+    direct_creates: list[float] = []
+    ids = 200
+    for round_ in range(args.rounds):
+        with server(2) as (port, pid):
+
+            async def measure(round_: int = round_, port: int = port, pid: int = pid) -> None:
+                conn = Conn(HOST, port, {})
+                worker = await worker_conn(pid, 0)
+                warm = await new_session(conn, f"warm-{round_}")
+                for _ in range(100):
+                    await ping(conn, warm)
+                # Sessions made on a worker behind the front's back: the front has never seen their ids.
+                unseen = [f"unseen-{round_}-{i}" for i in range(ids)]
+                for sid in unseen:
+                    await new_session(worker, sid)
+                for sid in unseen:
+                    started = time.perf_counter()
+                    await ping(conn, sid)
+                    first.append(time.perf_counter() - started)
+                    started = time.perf_counter()
+                    await ping(conn, sid)
+                    later.append(time.perf_counter() - started)
+                for i in range(ids):  # creates: through the front (lookup, placement) and on a worker directly
+                    started = time.perf_counter()
+                    await new_session(conn, f"made-{round_}-{i}")
+                    creates.append(time.perf_counter() - started)
+                    started = time.perf_counter()
+                    await new_session(worker, f"direct-{round_}-{i}")
+                    direct_creates.append(time.perf_counter() - started)
+                conn.close()
+                worker.close()
+
+            asyncio.run(measure())
+            print(f"  round {round_ + 1}: done", flush=True)
+
+    def p50(values: list[float]) -> float:
+        return statistics.median(values) * 1000
+
+    print(f"\nlookup: {ids} ids per round over {args.rounds} rounds, --workers 2, one front (ms, p50)")
+    print(f"  first POST /ping of an id the front has not seen (it asks the workers): {p50(first):.3f}")
+    print(f"  later POST /ping of the same id (the front's directory):                {p50(later):.3f}")
+    print(f"  added by the lookup, first request: {p50(first) - p50(later):+.3f}; later requests: none (a dict hit)")
+    print(f"  POST /create with a new client-chosen id through the front: {p50(creates):.3f}")
+    print(f"  the same on a worker's own socket, no front:               {p50(direct_creates):.3f}")
+    from ors_server.scale.directory import Directory
+    from ors_server.scale.ids import WorkerTag
+
+    directory, tag = Directory(), WorkerTag(0, 1)
+    keys = [f"key-{i}" for i in range(100_000)]
+    for key in keys:
+        directory.put(key, tag)
+    started = time.perf_counter()
+    for key in keys:
+        directory.get(key)
+    print(f"  a directory hit itself: {(time.perf_counter() - started) / len(keys) * 1e6:.2f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parts = ["cpu", "hop", "ws", "openenv", "kill"]
+    parts = ["cpu", "hop", "ws", "openenv", "kill", "placed", "lookup"]
     parser.add_argument("parts", nargs="*", default=parts, choices=parts)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per load run")
@@ -396,7 +532,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"logs: {LOGS}")
     for part in args.parts:
-        {"cpu": cpu_bound, "hop": hop, "ws": websocket, "openenv": openenv, "kill": kill}[part](args)
+        parts_run = {"cpu": cpu_bound, "hop": hop, "ws": websocket, "openenv": openenv, "kill": kill}
+        {**parts_run, "placed": placed, "lookup": lookup}[part](args)
 
 
 if __name__ == "__main__":

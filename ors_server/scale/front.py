@@ -1,15 +1,13 @@
-"""The front: one address for a deployment, routing every request to the worker that owns its session.
+"""The front: one address for a deployment, routing every request to the worker that holds its session.
 
-It holds no session state (so several fronts can serve one deployment): the owner of a request follows
-from its session key (`keys`) and the worker table (`table`). Bodies are forwarded byte for byte and the
-client's `Host` is kept (the MCP face's DNS-rebinding check reads it); streamed replies (SSE) are passed on
-chunk by chunk with no read timeout, and a WebSocket is bridged frame by frame to the worker chosen at the
-upgrade. What the front answers itself, it answers as one server would, in the face's own error shape:
-410 for a session whose worker is gone, 503 with Retry-After when no worker can take a request now.
-
-Before it reads a body or routes anything, the front makes a worker's header checks (`guards.HeaderChecks`:
-a duplicated Host or Origin, a stranger Host or Origin, the API key), so a keyless client can neither make it
-hold bodies nor learn from 404 / 410 / 503 which session ids exist.
+New sessions go to the worker with the most room (the workers report their load on every reply); the front
+remembers where it put each one in a bounded directory, and asks the workers about an id it does not know
+(`lookup`), so several fronts can serve one deployment and any front can lose its memory. Bodies are
+forwarded byte for byte and the client's `Host` is kept (the MCP face's DNS-rebinding check reads it);
+streamed replies (SSE) are passed on chunk by chunk with no read timeout, and a WebSocket is bridged frame by
+frame to the worker chosen at the upgrade. What the front answers itself, it answers as one server would, in
+the face's own error shape: 410 for a session whose worker is gone, 503 with Retry-After when no worker can
+take a request now.
 """
 
 from __future__ import annotations

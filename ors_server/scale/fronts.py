@@ -15,8 +15,10 @@ live, draining, dead, a new incarnation) is published at once as one JSON line o
 process exit. A front that finds a worker unreachable says so on the same socket; the supervisor then ends
 that process and starts the next incarnation, as with one front.
 
-Each front places new sessions by its own in-flight counts only (the fronts share no state); with the
-kernel spreading connections evenly, the placements of all fronts still spread over the workers.
+Placements: each front places new sessions by the load the workers report to it (`front`), and says where
+it placed each one on its control socket; the supervisor passes that line on to every other front, so each
+knows every session of the host without a lookup (and answers 410 for it once its worker is gone). A front
+whose control socket has fallen `RELAY_BUFFER` behind misses some lines: it looks those ids up instead.
 
 SIGTERM (or SIGINT) of the supervisor drains the deployment once: the workers drain as with one front while
 every front keeps relaying their replies; then each front's control socket is closed, and the front finishes

@@ -6,6 +6,7 @@ off so no `~/.ray/auth_token` is written; its processes are checked gone at the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,8 +21,10 @@ import anyio
 import httpx
 import pytest
 
-from tests.faces.mcp_helpers import mcp_client, raw_initialize, text
-from tests.scale.deployment import ROOT, Deployment, ids_on, owner, stop, wait_healthy
+from ors_server.scale.ids import WorkerTag
+from tests.faces.mcp_helpers import ACCEPT, mcp_client, raw_initialize, text
+from tests.scale.deployment import ROOT, Deployment, live_sessions, minted_by, stop, wait_healthy
+from tests.scale.test_placement import hashing_to_worker_0
 from tests.scale.test_workers import COUNTER, key, ors_session, sse_call
 from tests.serving import free_port
 from tests.test_loading import GUESS
@@ -95,6 +98,38 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
     assert not left, f"Ray processes left behind: {left}"
 
 
+async def counts(http: httpx.AsyncClient) -> dict[int, int]:
+    return live_sessions((await http.get("/metrics")).text)
+
+
+async def made_on(http: httpx.AsyncClient, make: Any) -> tuple[Any, int]:
+    """What `await make` (a coroutine, not yet started) returns, and the worker that gained a session meanwhile
+    (by the workers' metrics)."""
+    before = await counts(http)
+    made = await make
+    after = await counts(http)
+    gained = [w for w in after if after[w] > before.get(w, 0)]
+    assert len(gained) == 1, (before, after)
+    return made, gained[0]
+
+
+@contextlib.contextmanager
+def second_front(deployed: RayDeployment, tmp_path: Path) -> Iterator[Deployment]:
+    """Another front on its own port, attached to the same controller (as on another node)."""
+    port = free_port()
+    log = tmp_path / "front-2.log"
+    command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--workers", "2"]
+    command += ["--ray", deployed.cluster.address, "--env", COUNTER, "--log-level", "warning"]
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, env=os.environ.copy(), stdout=output, stderr=subprocess.STDOUT)
+    front = Deployment(f"http://127.0.0.1:{port}", process, log)
+    try:
+        wait_healthy(front)
+        yield front
+    finally:
+        stop(process)
+
+
 def placement(deployed: RayDeployment) -> dict[str, str]:
     """Worker tag -> node id, asked of the controller from a short-lived driver of our own."""
     code = (
@@ -111,8 +146,10 @@ async def test_workers_are_spread_over_both_nodes_and_an_episode_crosses_every_f
     nodes = placement(deployed)
     assert len(nodes) == 2 and len(set(nodes.values())) == 2, nodes
     async with httpx.AsyncClient(base_url=deployed.front.url, timeout=60) as http:
+        before = await counts(http)
         sids = [await ors_session(http, start=10) for _ in range(2)]
-        assert {owner(sid) for sid in sids} == {0, 1}
+        after = await counts(http)
+        assert {w: after[w] - before.get(w, 0) for w in after} == {0: 1, 1: 1}
         for sid in sids:
             first = await sse_call(http, sid, "increment")
             assert json.loads(first["output"]["blocks"][0]["text"]) == {"count": 11}
@@ -122,9 +159,9 @@ async def test_workers_are_spread_over_both_nodes_and_an_episode_crosses_every_f
             reward = await http.get("/control/reward", headers={"mcp-session-id": sid})
             assert reward.json() == {"reward": 0.5, "step_count": 2}
         for worker in (0, 1):
-            ep_id = ids_on(worker, 1, "ray-rollout")[0]
-            opened = await raw_initialize(http, "/counter/mcp", {"session_id": ep_id, "seed": 1})
-            assert opened.status_code == 200 and owner(opened.headers["mcp-session-id"]) == worker
+            ep_id = f"ray-rollout-{worker}"
+            opened, placed = await made_on(http, raw_initialize(http, "/counter/mcp", {"session_id": ep_id, "seed": 1}))
+            assert opened.status_code == 200 and minted_by(opened.headers["mcp-session-id"]) == placed
             status = await http.get("/counter/control/status", headers={"mcp-session-id": ep_id})
             assert status.status_code == 200
         metrics = (await http.get("/metrics")).text
@@ -137,10 +174,50 @@ async def test_an_environment_module_reaches_every_worker_through_the_runtime_en
         while len(rewards) < 2:
             sid = (await http.post("/create_session")).json()["sid"]
             body = {"env_name": "guess", "split": "train", "index": 0}
-            assert (await http.post("/create", json=body, headers=key(sid))).status_code == 200
+            created, placed = await made_on(http, http.post("/create", json=body, headers=key(sid)))
+            assert created.status_code == 200
             result = await sse_call(http, sid, "guess", {"guess": 3})
-            rewards[owner(sid)] = result["output"]["reward"]
+            rewards[placed] = result["output"]["reward"]
     assert rewards == {0: 1.0, 1: 1.0}
+
+
+async def test_client_chosen_ids_are_placed_by_load_and_driven_through_either_front(deployed, tmp_path):
+    with second_front(deployed, tmp_path) as other:
+        async with (
+            httpx.AsyncClient(base_url=deployed.front.url, timeout=60) as a,
+            httpx.AsyncClient(base_url=other.url, timeout=60) as b,
+        ):
+            # Ids the old hash rule sent all to worker 0: spread 2:2, whichever front creates them.
+            ids = hashing_to_worker_0(f"ray-chosen-{time.monotonic_ns()}", 4)
+            before = await counts(a)
+            for index, sid in enumerate(ids):
+                body = {"env_name": "counter", "task_spec": {"start": index}}
+                assert (await (a, b)[index % 2].post("/create", json=body, headers=key(sid))).status_code == 200
+            after = await counts(b)
+            assert {w: after[w] - before.get(w, 0) for w in after} == {0: 2, 1: 2}
+            # Each is driven through the front that did not create it.
+            for index, sid in enumerate(ids):
+                result = await sse_call((b, a)[index % 2], sid, "increment", {"by": 1})
+                assert json.loads(result["output"]["blocks"][0]["text"]) == {"count": index + 1}
+            # An Eval Protocol episode opened through one front, read and stepped through the other.
+            row = f"ray-row-{time.monotonic_ns()}"
+            opened = await raw_initialize(a, "/counter/mcp", {"session_id": row, "seed": 2})
+            assert opened.status_code == 200
+            stepped = await b.post(
+                "/counter/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "increment"}},
+                headers={"mcp-session-id": opened.headers["mcp-session-id"], **ACCEPT},
+            )
+            assert stepped.status_code == 200, stepped.text
+            status = await b.get("/counter/control/status", headers={"mcp-session-id": row})
+            assert status.json()["step_count"] == 1
+            # A forged tag naming a worker incarnation that never lived pins nothing: the session is made.
+            forged = WorkerTag(0, 99).tag("ray-forged")
+            created = await a.post("/create", json={"env_name": "counter", "task_spec": {}}, headers=key(forged))
+            assert created.status_code == 200, created.text
+            assert (await b.post("/ping", headers=key(forged))).status_code == 200
+            for sid in [*ids, row, forged]:
+                await a.post("/delete", headers=key(sid))
 
 
 async def test_removing_a_node_fails_its_sessions_fast_and_leaves_the_other_worker_serving(deployed):
@@ -150,10 +227,13 @@ async def test_removing_a_node_fails_its_sessions_fast_and_leaves_the_other_work
     async with httpx.AsyncClient(base_url=deployed.front.url, timeout=60) as http:
         by_worker: dict[int, str] = {}
         while len(by_worker) < 2:
-            sid = await ors_session(http)
-            by_worker.setdefault(owner(sid), sid)
-        ep_lost = ids_on(lost_worker, 1, "ray-ep")[0]
-        assert (await raw_initialize(http, "/counter/mcp", {"session_id": ep_lost})).status_code == 200
+            sid, placed = await made_on(http, ors_session(http))
+            by_worker.setdefault(placed, sid)
+        ep_lost, placed = "", -1
+        while placed != lost_worker:
+            ep_lost = f"ray-ep-{time.monotonic_ns()}"
+            opened, placed = await made_on(http, raw_initialize(http, "/counter/mcp", {"session_id": ep_lost}))
+            assert opened.status_code == 200
 
         removed = time.monotonic()
         deployed.cluster.remove_node(deployed.worker_node, allow_graceful=False)
@@ -171,7 +251,7 @@ async def test_removing_a_node_fails_its_sessions_fast_and_leaves_the_other_work
 
         result = await sse_call(http, by_worker[kept_worker], "increment")
         assert json.loads(result["output"]["blocks"][0]["text"]) == {"count": 8}
-        fresh = await ors_session(http)  # placed on the live worker
-        assert owner(fresh) == kept_worker
+        fresh, placed = await made_on(http, ors_session(http))  # placed on the live worker
+        assert placed == kept_worker
         assert (await sse_call(http, fresh, "increment"))["ok"] is True
     assert deployed.front.process.poll() is None
