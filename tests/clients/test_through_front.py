@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.clients.harness import Server, assert_math_episodes, run_script, run_server
 from tests.clients.test_eval_protocol_client import CONTROL_PLANE, scenario
+from tests.scale.deployment import deployment
 
 pytestmark = pytest.mark.clients
 
@@ -56,3 +62,25 @@ def test_eval_protocol_rollouts_play_through_the_front(eval_protocol_python, fro
         assert r["step_sources"] == [CONTROL_PLANE] * r["steps"], r["step_sources"]
     after = sessions_created_per_worker(front)
     assert all(after[w] > before.get(w, 0) for w in ("0", "1")), (before, after)
+
+
+def test_openreward_client_sees_a_call_cut_by_its_workers_death_as_the_session_lost(openreward_python, tmp_path):
+    # The front closes the call's stream unfinished; the client asks again with its task_id and is told 410.
+    gate = tmp_path / "gate"  # never opened: the call runs until its worker is killed
+    args = ("--env", "tests.scale.scale_envs:Gated", "--log-level", "warning")
+    with deployment(tmp_path, *args, workers=1, env={"ORS_GATE_FILE": str(gate)}) as front:
+        outcome: list[dict] = []
+        caller = threading.Thread(
+            target=lambda: outcome.append(
+                run_script(openreward_python, "openreward_cut_call.py", front.url, home=tmp_path / "home")
+            )
+        )
+        caller.start()
+        deadline = time.monotonic() + 60
+        while not Path(f"{gate}.waiting").exists():  # the worker's tool is another process: poll, bounded
+            assert caller.is_alive() and time.monotonic() < deadline, outcome
+            time.sleep(0.05)
+        os.kill(front.worker_pids()[0], signal.SIGKILL)
+        caller.join(timeout=120)
+    assert outcome and outcome[0]["error"]["type"] == "SessionTerminatedError", outcome
+    assert "410" in outcome[0]["error"]["message"]
