@@ -16,6 +16,8 @@ import sys
 import time
 
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
+WARM_UP_LIMIT = 120.0
+"""Seconds the warm-up may take at most."""
 
 
 async def ors(url: str, workload: str, concurrency: int, seconds: float) -> dict:
@@ -92,24 +94,33 @@ async def openreward(url: str, workload: str, concurrency: int, seconds: float) 
 
 
 async def measure(unit, concurrency: int, seconds: float) -> dict:
-    """Closed loop: `concurrency` workers repeat `unit` until the window ends; a warm-up second is not counted."""
-    done = errors = 0
+    """Closed loop: `concurrency` workers repeat `unit` until the window ends; the warm-up is not counted."""
+    done = errors = finished = 0
     counting = False
     stop = False
     first_error = None
 
+    warmed = asyncio.Event()
+
     async def worker() -> None:
-        nonlocal done, errors, first_error
+        nonlocal done, errors, finished, first_error
         while not stop:
             try:
                 await unit()
                 done += counting
+                finished += 1
             except Exception as exc:
                 errors += 1
                 first_error = first_error or f"{type(exc).__name__}: {exc}"
+            if finished + errors >= concurrency:
+                warmed.set()
 
     workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
-    await asyncio.sleep(1.0)
+    # Warm up until every worker has finished one unit (at 512 sessions the first wave alone takes seconds).
+    try:
+        await asyncio.wait_for(warmed.wait(), WARM_UP_LIMIT)
+    except TimeoutError:  # run with those that warmed up
+        pass
     counting = True
     wall, cpu = time.perf_counter(), time.process_time()
     await asyncio.sleep(seconds)
