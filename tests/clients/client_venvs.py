@@ -61,12 +61,12 @@ def _spec(name: str) -> dict[str, object]:
 
 
 def _source_files(root: Path) -> list[Path]:
-    skip = {"__pycache__", "build", "dist"}
-    return sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file() and not skip & set(p.relative_to(root).parts) and ".egg-info" not in str(p.relative_to(root))
-    )
+    """What a build reads: not caches (`.ruff_cache`, `__pycache__`) nor build output, which change without it."""
+
+    def kept(part: str) -> bool:
+        return not part.startswith(".") and part not in {"__pycache__", "build", "dist"} and ".egg-info" not in part
+
+    return sorted(p for p in root.rglob("*") if p.is_file() and all(map(kept, p.relative_to(root).parts)))
 
 
 def _source_digest(root: Path) -> str:
