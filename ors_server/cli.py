@@ -24,6 +24,7 @@ LOAD_ERROR_EXIT = 2  # as argparse exits for a usage error: the command line nam
 # name with dashes; its default is the field's.
 SETTING_FLAGS: list[tuple[str, type, str, str]] = [
     ("session_timeout", float, "S", "idle seconds before reaping"),
+    ("tombstones", int, "N", "ended (deleted or reaped) session ids remembered, so they answer 410 rather than 404"),
     ("max_sessions", int, "N", "live sessions at most; more get 503 with Retry-After"),
     ("tool_timeout", float, "S", "seconds a tool call may run"),
     ("tool_server_timeout", float, "S", "seconds a call to a composed MCP tool server may take"),

@@ -13,8 +13,9 @@
     ├── TooManyTransports        an episode already has --max-mcp-transports-per-session MCP transports (429)
     ├── NotFound                 (404)
     │   ├── EnvironmentNotFound
-    │   └── SessionNotFound      unknown, reaped or never created
+    │   └── SessionNotFound      never created, or ended so long ago that it is no longer remembered
     ├── SessionDeleted           deleted on purpose; remembered for a while (410)
+    │   └── SessionExpired       reaped after --session-timeout without a request; remembered the same way (410)
     ├── Unavailable              try again later (503, Retry-After)
     │   ├── SessionStarting      setup() still running after the wait bound
     │   ├── CapacityReached      --max-sessions live sessions already
@@ -95,8 +96,16 @@ class SessionNotFound(NotFound):
 class SessionDeleted(OrsError):
     status = 410
 
-    def __init__(self) -> None:
-        super().__init__("Session deleted")
+    def __init__(self, message: str = "Session deleted") -> None:
+        super().__init__(message)
+
+
+class SessionExpired(SessionDeleted):
+    """Reaped for inactivity: the id answers 410 with how long it had been idle, until it is forgotten."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"Session expired after {timeout:g} s of inactivity (--session-timeout)")
+        self.timeout = timeout
 
 
 class Refused(OrsError):

@@ -60,6 +60,7 @@ from ors_server.errors import (
     SessionBusy,
     SessionDeleted,
     SessionExists,
+    SessionExpired,
     SessionNotFound,
     SessionStarting,
     SetupFailed,
@@ -322,7 +323,9 @@ class SessionStore:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._sessions: dict[str, Session] = {}
-        self._tombstones: OrderedDict[str, float] = OrderedDict()
+        self._tombstones: OrderedDict[str, Ending] = OrderedDict()
+        """Ids of sessions deleted or reaped lately, oldest first, and how each ended: they answer 410 rather
+        than 404. At most `settings.tombstones` of them (about 150 bytes each for 32-character ids)."""
         self._task_group: anyio.abc.TaskGroup | None = None
         self.limiters: dict[Pool, anyio.CapacityLimiter] = {
             "tools": anyio.CapacityLimiter(settings.tool_threads),
@@ -518,11 +521,18 @@ class SessionStore:
         """The live session `session_id`, its idle timer refreshed. `env_name` checks the path's environment."""
         session = self._sessions.get(session_id)
         if session is None:
-            raise SessionDeleted() if session_id in self._tombstones else SessionNotFound()
+            raise self._gone(session_id)
         if env_name is not None and session.env_name != env_name:
             raise WrongEnvironment(session.env_name, env_name)
         session.touch()
         return session
+
+    def _gone(self, session_id: str) -> SessionNotFound | SessionDeleted:
+        """What a request for `session_id`, which names no live session, is answered."""
+        how = self._tombstones.get(session_id)
+        if how is None:
+            return SessionNotFound()
+        return SessionExpired(self.settings.session_timeout) if how == "reaped" else SessionDeleted()
 
     async def get_ready(self, session_id: str, env_name: str | None = None) -> Session:
         """Like `get`, but waits (boundedly) for setup to finish. Raises SessionStarting or SetupFailed."""
@@ -641,16 +651,25 @@ class SessionStore:
     async def discard(self, session_id: str, how: Ending = "deleted") -> bool:
         """End a session: forget it first (so its id answers 404/410 at once), then tear down its episode.
 
-        Returns False if there was no such session. `how` is 'deleted' (remembered as a tombstone: 410),
-        'reaped' or 'shutdown'. Teardown completes even if the caller is cancelled. An episode still being built
-        is torn down by its builder once setup ends, so an environment is never left half-built; the session's
-        `ended` event is set when every environment it built has been torn down.
+        Returns False if there was no such session. `how` is 'deleted' or 'reaped' (both remembered as a tombstone,
+        so the id answers 410: `SessionDeleted`, `SessionExpired`; a reaping is logged), or 'shutdown'. Teardown
+        completes even if the caller is cancelled. An episode still being built is torn down by its builder once
+        setup ends, so an environment is never left half-built; the session's `ended` event is set when every
+        environment it built has been torn down.
         """
         session = self._sessions.pop(session_id, None)
         if session is None:
             return False
-        if how == "deleted":
-            self._remember_deleted(session_id)
+        if how == "reaped":
+            logger.info(
+                "session %s (%s) reaped: no request for %.0f s (--session-timeout %g)",
+                session_id,
+                session.env_name,
+                time.monotonic() - session.last_active,
+                self.settings.session_timeout,
+            )
+        if how != "shutdown":
+            self._remember(session_id, how)
         session.deleted = True
         self.counts[how] += 1
         episode = session.episode
@@ -660,8 +679,8 @@ class SessionStore:
             listener(session, how)
         return True
 
-    def _remember_deleted(self, session_id: str) -> None:
-        self._tombstones[session_id] = time.monotonic()
+    def _remember(self, session_id: str, how: Ending) -> None:
+        self._tombstones[session_id] = how
         self._tombstones.move_to_end(session_id)
         while len(self._tombstones) > self.settings.tombstones:
             self._tombstones.popitem(last=False)

@@ -66,7 +66,9 @@ class Settings:
     call_linger: float = 60.0
     """Seconds a finished call's result stays available for replay by `task_id`."""
     tombstones: int = 10_000
-    """How many deleted session ids are remembered (they answer 410 rather than 404)."""
+    """How many deleted or reaped session ids are remembered, the latest ones (they answer 410 rather than 404:
+    "Session deleted", or "Session expired after N s of inactivity"). Measured: 1.5 MB for 10,000 ids of 32
+    characters, 2.4 MB at the 128-character limit."""
     shutdown_grace: float = 10.0
     """Seconds in-flight calls get to finish at shutdown before sessions are torn down."""
     teardown_timeout: float = 30.0

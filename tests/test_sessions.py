@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
+import re
 import time
 import tracemalloc
 
@@ -19,6 +21,7 @@ from ors_server.errors import (
     SessionBusy,
     SessionDeleted,
     SessionExists,
+    SessionExpired,
     SessionNotFound,
     SessionStarting,
     SetupFailed,
@@ -117,17 +120,39 @@ async def test_an_unknown_session_raises_session_not_found() -> None:
             store.get("nobody")
 
 
-async def test_a_deleted_session_raises_session_deleted_and_a_reaped_one_session_not_found() -> None:
-    store = SessionStore(FAST)
+async def test_a_deleted_session_raises_session_deleted_and_a_reaped_one_session_expired() -> None:
+    store = SessionStore(settings(session_timeout=90))
     async with store.run():
         await ready(store, "deleted")
         await ready(store, "reaped")
         await store.discard("deleted", "deleted")
         await store.discard("reaped", "reaped")
-        with pytest.raises(SessionDeleted):
+        with pytest.raises(SessionDeleted) as deleted:
             store.get("deleted")
-        with pytest.raises(SessionNotFound):
+        assert type(deleted.value) is SessionDeleted and deleted.value.message == "Session deleted"
+        with pytest.raises(SessionExpired) as expired:
             store.get("reaped")
+        assert expired.value.status == 410
+        assert expired.value.message == "Session expired after 90 s of inactivity (--session-timeout)"
+
+
+async def test_each_reaped_session_is_logged_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ors_server.sessions")
+    store = SessionStore(settings(session_timeout=60))
+    async with store.run():
+        for sid in ("idle-1", "idle-2", "busy"):
+            await ready(store, sid)
+        for sid in ("idle-1", "idle-2"):
+            store.get(sid).last_active -= 75
+        assert await store.reap() == 2
+        await store.discard("busy", "deleted")
+    reaped = [r for r in caplog.records if r.name == "ors_server.sessions" and "reaped" in r.getMessage()]
+    lines = sorted(r.getMessage() for r in reaped)
+    pattern = r"session (idle-\d) \(mathlike\) reaped: no request for (\d+) s \(--session-timeout 60\)"
+    matches = [re.fullmatch(pattern, line) for line in lines]
+    assert all(matches) and [m.group(1) for m in matches if m] == ["idle-1", "idle-2"], lines
+    assert all(int(m.group(2)) >= 75 for m in matches if m), lines
+    assert {r.levelno for r in reaped} == {logging.INFO}
 
 
 async def test_a_deleted_session_id_can_be_created_again() -> None:
@@ -142,14 +167,15 @@ async def test_a_deleted_session_id_can_be_created_again() -> None:
 async def test_tombstones_are_bounded_and_the_oldest_forgotten_answers_not_found() -> None:
     store = SessionStore(settings(tombstones=2))
     async with store.run():
-        for sid in ("s1", "s2", "s3"):
+        for sid, how in (("s1", "reaped"), ("s2", "deleted"), ("s3", "reaped")):
             store.create(sid, MathLike, math_task())
-            await store.discard(sid)
+            await store.discard(sid, how)  # type: ignore[arg-type]
         with pytest.raises(SessionNotFound):
             store.get("s1")
-        for sid in ("s2", "s3"):
-            with pytest.raises(SessionDeleted):
-                store.get(sid)
+        with pytest.raises(SessionDeleted):
+            store.get("s2")
+        with pytest.raises(SessionExpired):
+            store.get("s3")
 
 
 async def test_getting_a_session_through_another_environment_raises_wrong_environment() -> None:
@@ -550,7 +576,7 @@ async def test_reap_discards_idle_sessions_only() -> None:
         assert await store.reap() == 1
         assert "idle" not in store and "busy" in store
         assert count(idle_tag, "teardown") == 1 and count(busy_tag, "teardown") == 0
-        with pytest.raises(SessionNotFound):
+        with pytest.raises(SessionExpired):
             store.get("idle")
 
 

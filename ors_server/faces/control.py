@@ -28,7 +28,7 @@ from starlette.routing import BaseRoute, Route
 
 from ors_server import wirejson
 from ors_server.environment import Environment
-from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionNotFound
+from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionExpired, SessionNotFound
 from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
@@ -58,6 +58,10 @@ def _control(handler: Handler) -> Handler:
     async def wrapped(request: Request) -> Response:
         try:
             return await handler(request)
+        except SessionExpired as exc:
+            # Eval Protocol's client treats every status but 200 alike (a warning), so the 410 costs it nothing.
+            message = f"Session {_raw_key(request)} expired after {exc.timeout:g} s of inactivity"
+            return render_error(Refused(410, message))
         except (SessionNotFound, SessionDeleted):
             return render_error(Refused(404, f"Session {_raw_key(request)} not found"))
         except OrsError as exc:

@@ -81,6 +81,7 @@ from ors_server.errors import (
     OrsError,
     Refused,
     SessionDeleted,
+    SessionExpired,
     SessionNotFound,
     TooManyTransports,
     Unavailable,
@@ -624,6 +625,11 @@ class McpFace:
             key, env_name = self.store.check_id(named.strip()), self._path_env(ctx).name
         try:
             session = await self.store.get_ready(key, env_name)
+        except SessionExpired as exc:
+            whose = "This MCP session's episode" if binding is not None else f"Session {key}"
+            raise _NoEpisode(
+                f"{whose} expired after {exc.timeout:g} s of inactivity: initialize a new MCP session."
+            ) from None
         except (SessionNotFound, SessionDeleted):
             raise (ended if binding is not None else _NoEpisode(f"Session {key} does not exist.")) from None
         if binding is not None and session is not binding.session:

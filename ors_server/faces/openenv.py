@@ -62,6 +62,7 @@ from ors_server.errors import (
     NotFound,
     OrsError,
     SessionDeleted,
+    SessionExpired,
     SetupFailed,
     TaskTooLarge,
     Unavailable,
@@ -188,6 +189,13 @@ class _ToolCall:
 
 
 _LIST_TOOLS = ListToolsAction()
+
+
+def _unknown_session(key: Any, exc: OrsError) -> str:
+    """OpenEnv's message for a session id that names no live session, saying so when it was reaped."""
+    if isinstance(exc, SessionExpired):
+        return f"Session {key} expired after {exc.timeout:g} s of inactivity (--session-timeout)"
+    return f"Unknown session_id: {key}"
 
 
 def parse_action(env_cls: type[Environment], data: dict[str, Any]) -> _ToolCall | ListToolsAction:
@@ -419,8 +427,8 @@ class OpenEnvFace:
                 session = self.store.get(self.store.check_id(requested), path_env)
             except BadRequest as exc:
                 raise _FrameError("SESSION_ERROR", exc.message) from None
-            except (NotFound, SessionDeleted):
-                raise _FrameError("SESSION_ERROR", f"Unknown session_id: {requested}") from None
+            except (NotFound, SessionDeleted) as exc:
+                raise _FrameError("SESSION_ERROR", _unknown_session(requested, exc)) from None
             if session.id in self._sockets:
                 raise _FrameError("SESSION_ERROR", f"Session {session.id} already has an attached WebSocket")
             socket = _Socket(session, owned=False)
@@ -603,8 +611,8 @@ class OpenEnvFace:
             return self.store.get(self.store.check_id(str(key)), path_env)
         except BadRequest as exc:
             raise _RpcError(INVALID_PARAMS, exc.message) from None
-        except (NotFound, SessionDeleted):
-            raise _RpcError(INVALID_PARAMS, f"Unknown session_id: {key}") from None
+        except (NotFound, SessionDeleted) as exc:
+            raise _RpcError(INVALID_PARAMS, _unknown_session(key, exc)) from None
 
     async def _rpc_call(
         self, params: dict[str, Any], env_cls: type[Environment], path_env: str | None, bound: Session | None

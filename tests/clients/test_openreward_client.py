@@ -34,14 +34,30 @@ def test_openreward_client_sees_a_reaped_session_as_terminated(openreward_python
     server = start_server("--session-timeout", "2")
     result = run_client(openreward_python, "openreward_idle.py", server.url, "math", "6", server=server)
 
-    assert result["ping_after_idle"] in (404, 410)
+    assert result["ping_after_idle"] == 410
     assert "call" not in result
-    # The client maps only a 410 to SessionTerminatedError; a 404 surfaces as its generic response error.
-    error = result["error"]
-    assert error["type"] == "SessionTerminatedError" or (error["type"], error["status"]) == (
-        "SessionResponseError",
-        404,
-    )
+    # The client maps a 410 on a call to SessionTerminatedError, with the server's detail in its message.
+    assert result["error"]["type"] == "SessionTerminatedError"
+    assert "Session expired after 2 s of inactivity" in result["error"]["message"]
+    assert f"session {result['sid']} (math) reaped: no request for" in server.log_tail(20_000)
+
+
+def test_openreward_client_with_a_reaped_id_remembered_or_forgotten(openreward_python, start_server, run_client):
+    """410 (remembered) ends the client's session for good; 404 (forgotten past --tombstones) is a generic
+    response error that the client does not take for the session's end: it raises it again on every call."""
+    server = start_server("--session-timeout", "2", "--tombstones", "1")
+    result = run_client(openreward_python, "openreward_reaped.py", server.url, "math", "6", server=server)
+
+    remembered, forgotten = result["remembered"], result["forgotten"]
+    assert remembered["ping"] == 410 and forgotten["ping"] == 404
+    assert remembered["call"]["type"] == remembered["call_again"]["type"] == "SessionTerminatedError"
+    assert "server returned 410: Session expired after 2 s of inactivity" in remembered["call"]["message"]
+    for call in (forgotten["call"], forgotten["call_again"]):
+        assert (call["type"], call["status"]) == ("SessionResponseError", 404), call
+        assert "Active environment not found" in call["message"]
+    log = server.log_tail(20_000)
+    for session in (remembered, forgotten):
+        assert log.count(f"session {session['sid']} (math) reaped") == 1, log
 
 
 def test_openreward_client_given_the_servers_api_key_plays_unchanged(openreward_python, start_server, run_client):

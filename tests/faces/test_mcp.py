@@ -293,7 +293,7 @@ async def test_an_idle_transport_ends_its_mcp_created_episode_though_the_control
             with anyio.fail_after(10):
                 while True:
                     response = await http.get(f"{base}/control/status", headers={"mcp-session-id": "idle-one"})
-                    if response.status_code == 404:
+                    if response.status_code == 410:  # reaped: "expired after 0.5 s of inactivity"
                         break
                     await anyio.sleep(0.05)
 

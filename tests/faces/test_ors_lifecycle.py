@@ -192,8 +192,9 @@ def test_the_reaper_tears_down_an_idle_session_while_refreshed_ones_survive() ->
         for sid in kept:
             assert live.client.post("/ping", headers=sid_header(sid)).json() == {"status": "ok"}
         response = live.client.get("/prompt", headers=sid_header(idle))
-        assert response.status_code == 404
-        assert response.json() == {"detail": "Active environment not found"}
+        assert response.status_code == 410
+        timeout = live.app.state.settings.session_timeout
+        assert response.json() == {"detail": f"Session expired after {timeout:g} s of inactivity (--session-timeout)"}
     assert count(kept_tag, "teardown") == len(refreshers)
     assert count(idle_tag, "teardown") == 1
 

@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pydantic import BaseModel
 
 from ors_server import TextBlock, ToolOutput, tool
-from ors_server.errors import CapacityReached, SessionDeleted, SessionExists, SessionNotFound
+from ors_server.errors import CapacityReached, SessionDeleted, SessionExists, SessionExpired, SessionNotFound
 from ors_server.sessions import SessionStore, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
 from tests.ors_envs import SingleTask
@@ -118,9 +118,13 @@ class SessionStoreMachine(RuleBasedStateMachine):
         return self.portal.call(bounded)
 
     def _expect_gone(self, session_id: str) -> None:
-        expected = SessionDeleted if session_id in self.deleted else SessionNotFound
-        with pytest.raises(expected):
+        expected = (
+            SessionExpired if session_id in self.reaped else SessionDeleted if session_id in self.deleted else None
+        )
+        with pytest.raises(expected or SessionNotFound) as gone:
             self.portal.call(self.store.get, session_id)
+        if expected is SessionDeleted:
+            assert type(gone.value) is SessionDeleted, "a deleted id does not say it expired"
 
     # Rules.
 
@@ -182,6 +186,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
         if existed:
             del self.live[session_id]
             self.deleted.add(session_id)
+            self.reaped.discard(session_id)
             self.counts["deleted"] += 1
         self._expect_gone(session_id)
 
