@@ -361,7 +361,7 @@ class SessionStore:
         return session_id in self._sessions
 
     def holds(self, session_id: str) -> str | None:
-        """'live' for a live session, 'deleted' for one remembered as deleted (410), else None."""
+        """'live' for a live session, 'deleted' for one remembered as ended, deleted or reaped (410), else None."""
         if session_id in self._sessions:
             return "live"
         return "deleted" if session_id in self._tombstones else None
