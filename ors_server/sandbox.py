@@ -29,6 +29,7 @@ and never one of a live server, however many share `/tmp`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import os
@@ -62,7 +63,8 @@ class Resources:
     processes: int
     """Processes and threads alive at once in the sandbox, its init included (RLIMIT_NPROC)."""
     tmp_bytes: int
-    """Size of the sandbox's `/tmp` (a tmpfs, so this is memory too)."""
+    """Size of the sandbox's `/tmp`, and of a writable working directory where the server can mount a tmpfs for it
+    (`mount_tmpfs`: a root server); tmpfs, so this is memory too."""
     file_bytes: int
     """Largest file a process may write (RLIMIT_FSIZE)."""
     open_files: int = 256
@@ -306,12 +308,57 @@ def sweep_orphans(where: str | None = None) -> int:
     return removed
 
 
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+_mount_refused: list[str] = []
+
+
+def mount_tmpfs(path: Path, size: int) -> bool:
+    """Mount a tmpfs of `size` bytes, owned by the agent's user, on the directory `path`: a writable directory the
+    host can read whose total size is bounded. Root only; False (with one warning) where mounting is refused."""
+    if os.geteuid() != 0:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    options = f"size={size},mode=0700,uid={AGENT_ID},gid={AGENT_ID}".encode()
+    if libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) == 0:
+        return True
+    if not _mount_refused:
+        _mount_refused.append(os.strerror(ctypes.get_errno()))
+        logger.warning(
+            "cannot mount a tmpfs for sandbox working directories (%s): they are on the host's disk, bounded per "
+            "file only",
+            _mount_refused[0],
+        )
+    return False
+
+
+def _unmount_under(root: Path) -> None:
+    """Detach every mount at or under `root` (a working directory's tmpfs), deepest first."""
+    if os.geteuid() != 0:
+        return
+    try:
+        with open("/proc/self/mountinfo") as file:
+            points = [line.split()[4] for line in file]
+    except OSError:
+        return
+    inside = [p for p in points if p == str(root) or p.startswith(f"{root}/")]
+    if inside:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for point in sorted(inside, key=len, reverse=True):
+            libc.umount2(os.fsencode(point), _MNT_DETACH)
+
+
 def remove_tree(root: Path) -> None:
-    """Remove `root`, including directories the agent made read-only."""
+    """Remove `root`, including directories the agent made read-only and tmpfs mounted inside it."""
+    _unmount_under(root)
 
     def make_writable_and_retry(function: Callable[..., Any], path: str, _exc: Any) -> None:
+        # Only ever below `root`: `root` itself may be gone already (another server's sweep got there first), and
+        # its parent is the shared temporary directory, whose mode must never change.
+        parent = os.path.dirname(path)
+        if os.path.commonpath([str(root), parent]) != str(root) or not os.path.lexists(path):
+            return
         try:
-            os.chmod(os.path.dirname(path), stat.S_IRWXU)
+            os.chmod(parent, stat.S_IRWXU)
             if os.path.isdir(path) and not os.path.islink(path):
                 os.chmod(path, stat.S_IRWXU)
             function(path)
