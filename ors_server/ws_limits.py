@@ -24,6 +24,7 @@ from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
 from uvicorn.config import Config
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
+from websockets.http11 import Request
 
 from ors_server.settings import Settings
 
@@ -67,6 +68,20 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def handle_connect(self, event: Request) -> None:
+        # `websockets` refuses a handshake with two Origin headers itself, in plain text, before any app runs. Show
+        # it one so the handshake reaches the app, whose Guard refuses every duplicate in the face's own shape; the
+        # app's scope gets the headers as they came (set before its task first runs).
+        origins = event.headers.get_all("Origin")
+        if len(origins) < 2:
+            return super().handle_connect(event)
+        received = [(name.encode("ascii"), value.encode("latin-1")) for name, value in event.headers.raw_items()]
+        del event.headers["Origin"]
+        event.headers["Origin"] = origins[0]
+        super().handle_connect(event)
+        if self.handshake_initiated and not self.handshake_complete:
+            self.scope["headers"] = received
 
     # Flow control.
 

@@ -78,7 +78,10 @@ def test_a_host_or_origin_sent_twice_is_refused_400_by_the_front(front, name, me
     assert shape in answer.json(), answer
 
 
-def test_a_websocket_handshake_with_a_host_sent_twice_is_refused_400_by_the_front(front):
-    answer = exchange(front.url, websocket_head("/openenv/ws", [LOOPBACK, LOOPBACK, ("X-API-Key", KEY)]))
+@pytest.mark.parametrize("name", ["Host", "Origin"])
+def test_a_websocket_handshake_with_a_host_or_origin_sent_twice_is_refused_400_by_the_front(front, name):
+    twice = [(name, "127.0.0.1" if name == "Host" else "http://localhost")] * 2
+    headers = [*([LOOPBACK] if name == "Origin" else []), *twice, ("X-API-Key", KEY)]
+    answer = exchange(front.url, websocket_head("/openenv/ws", headers))
     assert answer.status == 400, answer
     assert "duplicate" in answer.json()["detail"]
