@@ -4,6 +4,7 @@ face's own shape, WebSocket handshakes included."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -65,3 +66,12 @@ def test_a_keyless_request_is_answered_401_before_its_body_is_sent(live, method,
     answer = exchange(live.url, head(method, path, headers), timeout=10)
     assert answer.status == 401, answer
     assert shape in answer.json(), answer
+
+
+def test_a_refused_websocket_handshake_logs_no_error(live, caplog):
+    # uvicorn logged "ASGI callable returned without completing handshake." for every refused handshake: a log
+    # flood that any client without the key could cause.
+    caplog.set_level(logging.INFO)
+    for _ in range(3):
+        assert exchange(live.url, websocket_head("/openenv/ws", [LOOPBACK])).status == 401
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

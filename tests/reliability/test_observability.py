@@ -122,3 +122,10 @@ def test_a_line_break_in_a_path_is_escaped_and_never_forges_a_second_access_log_
         assert line.isprintable(), line  # no newline, carriage return, escape or line separator of any kind
     assert lines[0].startswith('method=GET path="/faulty/x\\nstatus=200 face=ors session=admin" status=404'), lines[0]
     assert lines[1].startswith('method=GET path="/faulty/a\\r\\x0b\\x1b[31m\\u2028\\"\\\\" status=404'), lines[1]
+
+
+def test_control_characters_in_a_session_header_are_escaped_in_the_access_log(client, caplog):
+    caplog.set_level(logging.INFO, logger="ors_server.access")
+    client.post("/ping", headers={"X-Session-ID": b"a\tb\x85c d"})  # a tab and NEL (a line break to str.splitlines)
+    line = next(r.getMessage() for r in caplog.records if r.name == "ors_server.access")
+    assert line.isprintable() and 'session="a\\tb\\x85c d"' in line, line
