@@ -18,9 +18,10 @@ its parent) takes every process of the sandbox with it, `setsid` or not.
 
 Limits (`shell_resources()`, from the server's environment; see `Resources`): memory per process
 (`ORS_SHELL_MEMORY_BYTES`, 256 MiB), processes and threads of the session at once (`ORS_SHELL_MAX_PROCESSES`,
-32, bubblewrap's init and bash included), the size of `/tmp` (`ORS_SHELL_DISK_BYTES`, 64 MiB) and of any one file
-written (`ORS_SHELL_FILE_BYTES`, 64 MiB). They are rlimits set by the shell on itself inside the sandbox (the
-process limit counts in the session's own user namespace, so sessions never share a budget), and a tmpfs size.
+32, bubblewrap's init and bash included), the size of `/tmp` and, when the server runs as root, of `/work`
+(`ORS_SHELL_DISK_BYTES`, 64 MiB each) and of any one file written (`ORS_SHELL_FILE_BYTES`, 64 MiB). They are
+rlimits set by the shell on itself inside the sandbox (the process limit counts in the session's own user
+namespace, so sessions never share a budget), and tmpfs sizes (`/work`'s is mounted by the environment).
 
 Unconfined. bash runs in its own process session, as the server's user (uid 65534 when the server is root),
 with an environment of its own and the same rlimits but the process limit (outside a user namespace of its own it

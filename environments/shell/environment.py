@@ -14,12 +14,13 @@ from environments.shell.confinement import (
     bwrap_problem,
     choose_sandbox,
     prepare_workdir,
+    shell_resources,
     warn_unconfined,
 )
 from environments.shell.driver import BashDriver
 from environments.shell.exercises import EXERCISES, TEST, TRAIN, Workdir
 from ors_server import Environment, TextBlock, ToolOutput, tool
-from ors_server.sandbox import private_dir, remove_tree
+from ors_server.sandbox import mount_tmpfs, private_dir, remove_tree
 
 MAX_COMMAND_CHARS = 100_000
 
@@ -91,6 +92,8 @@ class Shell(Environment):
         self.root = private_dir("shell")  # named for this server: removed at a later start if it dies unclean
         workdir = self.root / "work"
         workdir.mkdir()
+        if self.sandbox == "bwrap":
+            mount_tmpfs(workdir, shell_resources().tmp_bytes)  # the directory's total size is bounded (root only)
         for name, content in self.exercise.files.items():
             path = workdir / name
             path.parent.mkdir(parents=True, exist_ok=True)

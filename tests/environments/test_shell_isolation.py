@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -209,7 +210,7 @@ def small_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORS_SHELL_MAX_PROCESSES", str(PROCESSES))
     monkeypatch.setenv("ORS_SHELL_MEMORY_BYTES", str(128 * 1024 * 1024))
     monkeypatch.setenv("ORS_SHELL_DISK_BYTES", str(4 * 1024 * 1024))
-    monkeypatch.setenv("ORS_SHELL_FILE_BYTES", str(8 * 1024 * 1024))
+    monkeypatch.setenv("ORS_SHELL_FILE_BYTES", str(3 * 1024 * 1024))
 
 
 # Starts sleeping processes until a fork fails (bash itself would retry a failed fork for seconds).
@@ -253,14 +254,21 @@ async def test_a_session_has_memory_and_disk_limits() -> None:
     async with shell_session() as (store, session):
         text = await bash(store, session, "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo ${#x}")
         assert "300000000" not in text
+        root = footprint(session)[1]
+        mounted = os.path.ismount(root / "work")  # noqa: ASYNC240 (a test's one look at the host)
+        fill = "for f in a b; do head -c 64M /dev/zero > {0}/$f; done; wc -c < {0}/a; wc -c < {0}/b;"
         text = await bash(
             store,
             session,
-            "head -c 64M /dev/zero > /tmp/big; wc -c < /tmp/big; head -c 64M /dev/zero > /work/big; wc -c < /work/big;"
-            "for path in /x /dev/x /usr/x; do echo > $path; done",
+            fill.format("/tmp") + fill.format("/work") + "for path in /x /dev/x /usr/x; do echo > $path; done",
         )
-    lines = text.splitlines()
-    assert lines[2:4] == [str(4 * 1024 * 1024), str(8 * 1024 * 1024)], text
+    sizes = text.split("stdout:\n")[1].split("\n\nstderr:")[0].split()
+    # A file stops at the file limit (3 MiB), the next where /tmp (4 MiB) is full; /work the same where the server
+    # can mount a tmpfs for it (as root), else only the file limit bounds it.
+    work = ["3145728", "1048576"] if mounted else ["3145728", "3145728"]
+    assert sizes == ["3145728", "1048576", *work], text
+    mounts = Path("/proc/self/mountinfo").read_text()  # noqa: ASYNC240
+    assert str(root) not in mounts and not root.exists()  # unmounted and removed with the session
     assert "No space left on device" in text and ("File too large" in text or "File size limit" in text), text
     assert text.count("Read-only file system") == 3, text
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from environments.shell.confinement import bwrap_problem
 from ors_server.sandbox import private_dir, remove_tree
 from tests.ors_envs import create, sid_header
 from tests.serving import free_port
@@ -27,7 +28,8 @@ TMP = Path(tempfile.gettempdir())
 def shell_server() -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
     port = free_port()
     argv = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--env", "shell"]
-    env = {**os.environ, "ORS_SHELL_SANDBOX": "none"}  # what is tested does not need the sandbox
+    # With the sandbox where it runs: then, as root, the directory holds a mounted tmpfs too.
+    env = {**os.environ, "ORS_SHELL_SANDBOX": "bwrap" if bwrap_problem() is None else "none"}
     process = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
@@ -65,6 +67,9 @@ def test_a_starting_server_removes_what_a_killed_one_left_and_nothing_of_a_live_
         assert left and all(path.exists() for path in left)  # what SIGKILL leaves behind
         with shell_server():
             assert not any(path.exists() for path in left)
+            with open("/proc/self/mountinfo") as file:
+                mounts = file.read()
+            assert not any(str(path) in mounts for path in left)
             assert (mine / "work").is_dir()
     finally:
         remove_tree(mine)
