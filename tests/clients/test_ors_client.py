@@ -69,9 +69,12 @@ def served(request: pytest.FixtureRequest) -> Server:
 def check(ors_client_python: Path, run_client):
     """`check(name, server, *options)`: the JSON that `ors_client_checks.py name` reported."""
 
-    def run(name: str, server: Server, *options: str, url: str | None = None, timeout: float = 120) -> dict:
+    def run(
+        name: str, server: Server, *options: str, url: str | None = None, timeout: float = 120, env: dict | None = None
+    ) -> dict:
+        script = "ors_client_checks.py"
         return run_client(
-            ors_client_python, "ors_client_checks.py", name, url or server.url, *options, server=server, timeout=timeout
+            ors_client_python, script, name, url or server.url, *options, server=server, timeout=timeout, env=env
         )
 
     return run
@@ -105,6 +108,15 @@ def test_discovery(check, served):
     assert result["num_tasks"] == len(result["tasks"]) == 5
     assert result["task_2"] == result["tasks"][2]
     assert result["unknown_env"] == {"type": "OrsError", "status": 404}
+
+
+def test_a_wrong_or_missing_api_key_is_an_auth_error(check, start_server):
+    server = start_server("--api-key", "k3y", *ENVS)
+    result = check("auth", server, env={"ORS_TEST_API_KEY": "k3y"})
+
+    assert result["environments"]["status"] == 401 and result["environments"]["detail"]
+    assert result["session"]["status"] == 401
+    assert result["with_key"] == 1.0
 
 
 def test_math_episode_async(check, served):

@@ -16,6 +16,7 @@ import httpx
 from _common import API_KEY, report
 from ors_client import (
     AsyncClient,
+    AuthError,
     Client,
     OrsError,
     SessionExpired,
@@ -67,6 +68,25 @@ async def discovery(url: str, args: argparse.Namespace) -> dict:
             "task_2": await c.task("quiz", "train", 2),
             "unknown_env": unknown,
         }
+
+
+@check
+async def auth(url: str, args: argparse.Namespace) -> dict:
+    """The server wants a key: without it every request is an AuthError; with it an episode runs."""
+    seen = {}
+    async with AsyncClient(url) as c:
+        for name, attempt in {
+            "environments": c.environments(),
+            "session": c.session("quiz", split="train", index=0).open(),
+        }.items():
+            try:
+                await attempt
+                seen[name] = None
+            except AuthError as exc:
+                seen[name] = {"status": exc.status, "detail": exc.detail}
+    async with AsyncClient(url, API_KEY) as c, c.session("quiz", split="train", index=0) as s:
+        seen["with_key"] = (await s.call("submit", {"answer": "4"})).reward
+    return seen
 
 
 @check
