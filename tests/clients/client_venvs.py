@@ -56,6 +56,8 @@ def _spec(name: str) -> dict[str, object]:
         "base_prefix": sys.base_prefix,
     }
     if name in LOCAL:
+        # By content, not path: checkouts holding the same client/ share one venv.
+        spec["requirements"] = [LOCAL[name].name]
         spec["source"] = _source_digest(LOCAL[name])
     return spec
 
