@@ -127,12 +127,18 @@ async def open_stdio(
 
     async def read_stdout() -> None:
         assert process.stdout is not None
-        buffer = b""
+        pending: list[bytes] = []  # the chunks of an unfinished line, joined once (not once per chunk)
+        size = 0
         async with to_client:
             with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 async for chunk in process.stdout:
-                    *lines, buffer = (buffer + chunk).split(b"\n")
-                    if len(buffer) > MAX_LINE_BYTES:
+                    *lines, rest = chunk.split(b"\n")
+                    if lines:
+                        lines[0] = b"".join([*pending, lines[0]])
+                        pending, size = [], 0
+                    pending.append(rest)
+                    size += len(rest)
+                    if size > MAX_LINE_BYTES:
                         logger.warning("tool server '%s' wrote a line longer than %d bytes", name, MAX_LINE_BYTES)
                         return
                     for line in lines:
