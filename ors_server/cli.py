@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             from ors_server.scale import on_ray
         except ImportError:
             raise SystemExit("ors-server: --ray needs Ray: pip install 'ors-server[ray]'") from None
-        with _listen_errors():
+        with _listen_errors(), _load_errors(args.log_level == "debug", LoadError):
             on_ray.serve(
                 args.env,
                 settings,
@@ -243,17 +243,25 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _load(specs: Sequence[str], debug: bool) -> list[type[Environment]]:
-    """The environments `specs` name, checked as a server would check them; a mistake is one line and exit 2
-    (with the traceback behind it at `--log-level debug`)."""
-    try:
+    """The environments `specs` name, checked as a server would check them."""
+    with _load_errors(debug):
         environments = resolve_environments(specs)
         Registry(environments)
-    except (LoadError, ValueError) as exc:
+    return environments
+
+
+@contextlib.contextmanager
+def _load_errors(debug: bool, *kinds: type[Exception]) -> Iterator[None]:
+    """An environment that cannot be loaded: one line and exit 2 (the traceback behind it at `--log-level debug`).
+    `kinds`: the exceptions that mean that (default: a LoadError, or a registry's ValueError)."""
+    caught = kinds or (LoadError, ValueError)
+    try:
+        yield
+    except caught as exc:
         if debug:
             traceback.print_exception(exc)
         print(f"ors-server: {exc}", file=sys.stderr)
         raise SystemExit(LOAD_ERROR_EXIT) from None
-    return environments
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ors_server.guards import HeaderChecks
 from ors_server.hosts import AllowedHosts
-from ors_server.loading import resolve_environments
+from ors_server.loading import LoadError, resolve_environments
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.local import front_config
@@ -287,6 +287,17 @@ def controller_for(
     ).remote(list(envs), fields, count, placement, cpus, app_dir)
 
 
+@ray.remote(num_cpus=0)
+def _load_problem(envs: list[str], app_dir: str | None) -> str | None:
+    """What a worker would meet loading `envs` on a node of the cluster, in the deployment's runtime_env: a
+    module that did not reach the nodes is one line at startup, not a worker that fails to start, again."""
+    try:
+        resolve_environments(envs, app_dir)
+    except LoadError as exc:
+        return str(exc)
+    return None
+
+
 def serve(
     envs: Sequence[str],
     settings: Settings,
@@ -308,6 +319,9 @@ def serve(
     try:
         table = WorkerTable(count)
         app_dir = None if runtime_env else os.getcwd()
+        problem = ray.get(_load_problem.remote(list(envs), app_dir))
+        if problem is not None:
+            raise LoadError(f"on the Ray cluster: {problem} (a worker's node needs the module: --ray-runtime-env)")
         membership = RayMembership(controller_for(envs, settings, count, placement, cpus, app_dir), table)
         refusals = Refusals(resolve_environments(envs), settings)
         front = Front(

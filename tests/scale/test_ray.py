@@ -29,6 +29,13 @@ from tests.scale.test_workers import COUNTER, key, ors_session, sse_call
 from tests.serving import free_port
 from tests.test_loading import GUESS
 
+# On one machine every node sees the driver's directory (Ray hands workers the driver's sys.path), so the module
+# shipped to the workers needs something only the deployment's runtime_env gives them: GUESS_SHIPPED.
+SHIPPED_GUESS = (
+    "import os\n\nif os.environ.get('GUESS_SHIPPED') != '1':\n"
+    "    raise ImportError('GUESS_SHIPPED is not set: not the deployment runtime_env')\n" + GUESS
+)
+
 ray = pytest.importorskip("ray", reason="the ray extra is part of the test extra")
 from ray.cluster_utils import Cluster  # noqa: E402
 
@@ -69,14 +76,13 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
         log = tmp_path_factory.mktemp("ray") / "front.log"
         # A user's own environment module, shipped to the nodes as the README shows: the working directory.
         project = tmp_path_factory.mktemp("project")
-        (project / "guessing.py").write_text(GUESS)
+        (project / "guessing.py").write_text(SHIPPED_GUESS)
         command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--workers", "2"]
         command += ["--ray", cluster.address, "--env", COUNTER, "--env", "guessing:Guess", "--log-level", "warning"]
-        command += ["--ray-runtime-env", json.dumps({"working_dir": "."})]
+        command += ["--ray-runtime-env", json.dumps({"working_dir": ".", "env_vars": {"GUESS_SHIPPED": "1"}})]
         with log.open("wb") as output:
-            process = subprocess.Popen(
-                command, env=os.environ.copy(), stdout=output, stderr=subprocess.STDOUT, cwd=project
-            )
+            driver = {**os.environ, "GUESS_SHIPPED": "1"}
+            process = subprocess.Popen(command, env=driver, stdout=output, stderr=subprocess.STDOUT, cwd=project)
         front = Deployment(f"http://127.0.0.1:{port}", process, log)
         try:
             wait_healthy(front)
@@ -218,6 +224,24 @@ async def test_client_chosen_ids_are_placed_by_load_and_driven_through_either_fr
             assert (await b.post("/ping", headers=key(forged))).status_code == 200
             for sid in [*ids, row, forged]:
                 await a.post("/delete", headers=key(sid))
+
+
+def test_a_module_that_does_not_load_on_the_nodes_is_one_line_and_exit_2(deployed, tmp_path):
+    """The driver loads `guessing`; in a runtime_env without what it needs, the workers could not."""
+    (tmp_path / "guessing.py").write_text(SHIPPED_GUESS)
+    command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(free_port()), "--workers", "2"]
+    command += ["--ray", deployed.cluster.address, "--env", "guessing:Guess"]
+    command += ["--ray-runtime-env", json.dumps({"env_vars": {"SOMETHING_ELSE": "1"}})]
+    driver = {**os.environ, "GUESS_SHIPPED": "1"}
+    done = subprocess.run(command, cwd=tmp_path, env=driver, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ors-server: on the Ray cluster: --env 'guessing:Guess': importing module 'guessing' failed: "
+        "ImportError: GUESS_SHIPPED is not set"
+    ), last
+    assert last.endswith("(a worker's node needs the module: --ray-runtime-env)")
 
 
 async def test_removing_a_node_fails_its_sessions_fast_and_leaves_the_other_worker_serving(deployed):
