@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
+from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ors_server import wirejson
@@ -712,15 +713,41 @@ def _refusal(exc: OrsError, face: OpenEnvFace, env_cls: type[Environment]) -> _F
     return _FrameError("SESSION_ERROR", exc.message)
 
 
+async def _answer(
+    websocket: WebSocket, face: OpenEnvFace, socket: _Socket, text: str
+) -> tuple[str | None, Message | None]:
+    """The reply to one frame, and what the client sent meanwhile. The socket is read while the frame runs: a
+    disconnect then stops the wait at once (the socket's end ends its session, and so a CodeAct step it runs),
+    and a frame sent meanwhile is kept for its turn."""
+    reply: str | None = None
+    waiting: Message | None = None
+    async with anyio.create_task_group() as task_group:
+
+        async def listen() -> None:
+            nonlocal waiting
+            waiting = await websocket.receive()
+            if waiting["type"] == "websocket.disconnect":
+                task_group.cancel_scope.cancel()
+
+        task_group.start_soon(listen)
+        reply = await face.handle(socket, text)
+        task_group.cancel_scope.cancel()
+    return reply, waiting
+
+
 async def _serve(websocket: WebSocket, face: OpenEnvFace, socket: _Socket) -> None:
     """Answer frames one at a time, in order, until `close`, a disconnect or the session's end elsewhere."""
+    waiting: Message | None = None
     while not socket.ended:
-        with anyio.CancelScope() as idle:
-            socket.idle = idle
-            message = await websocket.receive()
-        socket.idle = None
-        if idle.cancelled_caught:
-            break
+        if waiting is None:
+            with anyio.CancelScope() as idle:
+                socket.idle = idle
+                message = await websocket.receive()
+            socket.idle = None
+            if idle.cancelled_caught:
+                break
+        else:
+            message, waiting = waiting, None
         if message["type"] == "websocket.disconnect":
             return
         text = message.get("text")
@@ -729,7 +756,9 @@ async def _serve(websocket: WebSocket, face: OpenEnvFace, socket: _Socket) -> No
                 text = (message.get("bytes") or b"").decode()
             except UnicodeDecodeError:
                 text = ""  # not JSON either: answered INVALID_JSON
-        reply = await face.handle(socket, text)
+        reply, waiting = await _answer(websocket, face, socket, text)
+        if waiting is not None and waiting["type"] == "websocket.disconnect":
+            return
         if reply is None:
             break
         try:

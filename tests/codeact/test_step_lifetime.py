@@ -7,18 +7,22 @@ is what these drive; the step's timeout here is far longer than the bound the te
 
 from __future__ import annotations
 
+import json
 import os
+import select
+import threading
 from typing import Any, ClassVar
 
 import anyio
 import pytest
+from websockets.sync.client import connect
 
 from ors_server import Environment, TextBlock, ToolOutput, tool
+from ors_server.app import create_app
 from ors_server.codeact import bwrap_problem
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
-
-pytestmark = pytest.mark.anyio
+from tests.serving import serve
 
 SANDBOX = "bwrap" if bwrap_problem() is None else "none"
 
@@ -36,6 +40,9 @@ class Signals(Environment):
     @classmethod
     def list_tasks(cls, split: str) -> list[dict[str, Any]]:
         return [{}]
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text="call started() in a step")]
 
     @tool
     async def started(self) -> ToolOutput:
@@ -67,6 +74,7 @@ async def exited(pid: int) -> None:
         os.close(fd)
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("ending", ["deleted", "reaped", "reset", "shutdown"])
 async def test_ending_a_session_kills_its_running_step_at_once(ending: str) -> None:
     Signals.reached = anyio.Event()
@@ -98,3 +106,42 @@ async def test_ending_a_session_kills_its_running_step_at_once(ending: str) -> N
                 for pid in step:
                     await exited(pid)
     assert len(results) == 1 and getattr(results[0], "reason", None) == "session_ended", results
+
+
+class ThreadSignals(Signals):
+    """`started` as sync code, for a server that runs on a loop of its own (in another thread)."""
+
+    name = "thread_signals"
+    reached_in_thread: ClassVar[threading.Event]
+
+    @tool
+    def started(self) -> ToolOutput:  # type: ignore[override]
+        """Say the step runs."""
+        type(self).reached_in_thread.set()
+        return ToolOutput(blocks=[TextBlock(text="ok")])
+
+
+def test_an_openenv_client_that_disconnects_mid_step_leaves_no_step_running() -> None:
+    ThreadSignals.reached_in_thread = threading.Event()
+    app = create_app([ThreadSignals], Settings(codeact=True, codeact_sandbox=SANDBOX, codeact_timeout=300))
+    with serve(app) as url:
+        before = children()
+        with connect(url.replace("http://", "ws://") + "/openenv/thread_signals/ws", open_timeout=10) as ws:
+            ws.send(json.dumps({"type": "reset", "data": {}}))
+            assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+            code = "started()\nimport time\ntime.sleep(3600)"
+            action = {"type": "call_tool", "tool_name": "execute_code", "arguments": {"code": code}}
+            ws.send(json.dumps({"type": "step", "data": action}))
+            assert ThreadSignals.reached_in_thread.wait(30)
+            step = children() - before
+            assert step, "the step's process was not found"
+        # The client is gone, mid-step: its session ends, and the step with it, long before its 300 s.
+        for pid in step:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                assert select.select([fd], [], [], 10)[0], f"step process {pid} still runs"
+            finally:
+                os.close(fd)
