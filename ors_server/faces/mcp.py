@@ -37,18 +37,22 @@ When episodes end
     initializes again (see above).
 
 Protocol eras
-    The 2.x high-level `mcp.Client(url)` defaults to `mode="auto"`, which first tries the sessionless
-    2026-07-28 protocol (`server/discover`): no `initialize` and no `mcp-session-id`, so every call would
-    land in no episode at all. This server refuses `server/discover` with method-not-found, which makes
-    the auto client fall back to the `initialize` handshake and keep its episode. A client pinned to
-    2026-07-28 can still call tools by naming a session with the `X-Session-ID` header on every request.
+    Both are served on every MCP endpoint. The 2025 era (`initialize`, then `mcp-session-id`) binds as above. The
+    2026-07-28 era has no handshake and no protocol session: `server/discover` (the SDK's own handler) lists it
+    among our versions, so `mcp.Client(url)` (mode="auto") adopts it, and every request is a self-contained POST
+    that names its episode itself: by its URL, `/{env}/mcp/episodes/{session_id}` (`/mcp/episodes/{session_id}`
+    for the default environment), else by the `X-Session-ID` header. A `tools/call` naming none is a JSON-RPC
+    error saying how to name one; discovery, `tools/list` and prompt listing need none. An episode URL also
+    names the episode of a 2025 `initialize` sent to it (before `_extra.session_id` and the header), and a
+    transport opened on one episode URL is refused on another.
 
 Results
-    `tools/call` goes through the store's one call pipeline and renders only the observation (text and
-    image blocks): reward and termination stay on the control plane and ORS. Unknown tools, invalid
-    arguments, a raising tool and calls after the episode finished are `isError` results, never transport
-    errors. HTTP-level refusals (bad Host, oversized or malformed bodies, a full store) are 4xx/503 with a
-    JSON-RPC error body.
+    `tools/call` goes through the store's one call pipeline and renders the observation (text and image blocks)
+    unchanged, since Eval Protocol's clients parse the text, and the step's `reward` and `finished` (plus the
+    fields of a JSON object observation) as `structuredContent`, which every tool declares as its
+    `outputSchema`. Unknown tools, invalid arguments, a raising tool and calls after the episode finished are
+    `isError` results, never transport errors. HTTP-level refusals (bad Host, oversized or malformed bodies, a
+    full store) are 4xx/503 with a JSON-RPC error body.
 """
 
 from __future__ import annotations
@@ -101,6 +105,16 @@ EPISODE_SCOPE_KEY = "ors.episode"
 """ASGI scope key of an `initialize` request whose episode was named before the SDK answers it."""
 KEY_HEADER = "x-session-id"
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "reward": {"type": ["number", "null"], "description": "The reward of this step (null: none given)."},
+        "finished": {"type": "boolean", "description": "Whether the episode has ended."},
+    },
+    "required": ["reward", "finished"],
+    "description": "The step's reward and the end of the episode; the fields of a JSON object observation too.",
+}
+"""Every tool's `outputSchema`: `structuredContent` carries the reward where MCP clients look for it."""
 
 # JSON-RPC codes for refusals made before the SDK sees a request.
 INVALID_REQUEST = types.INVALID_REQUEST
@@ -142,15 +156,35 @@ class _Binding:
 
 def _tools(tools: Sequence[ToolDef]) -> list[types.Tool]:
     """The tool list of a session or an environment: the same specs as ORS `/task_tools` and `/tools`."""
-    return [types.Tool(name=t.name, description=t.description, input_schema=t.schema or EMPTY_SCHEMA) for t in tools]
+    return [
+        types.Tool(
+            name=t.name, description=t.description, input_schema=t.schema or EMPTY_SCHEMA, output_schema=OUTPUT_SCHEMA
+        )
+        for t in tools
+    ]
 
 
 def _error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
 
 
+def _structured(result: ToolOutput) -> dict[str, Any]:
+    """`structuredContent`: the fields of the observation when its one text block is a JSON object, then `reward`
+    and `finished` (which win over fields of the same name)."""
+    texts = [block.text for block in result.blocks if isinstance(block, TextBlock)]
+    fields: dict[str, Any] = {}
+    if len(texts) == 1 and texts[0].lstrip().startswith("{"):
+        try:
+            parsed = wirejson.loads(texts[0].encode())
+        except wirejson.MalformedJson:
+            parsed = None
+        fields = parsed if isinstance(parsed, dict) else {}
+    return {**fields, "reward": result.reward, "finished": result.finished}
+
+
 def render(name: str, result: ToolOutput | ToolRejected | ToolCrashed) -> types.CallToolResult:
-    """A call result as MCP content: the observation only (no reward, no termination)."""
+    """A call result as MCP content: the observation as text and image content, unchanged (Eval Protocol's clients
+    parse the text), and the reward and the end of the episode in `structuredContent`."""
     if isinstance(result, ToolRejected):
         return _error_result(result.message)
     if isinstance(result, ToolCrashed):
@@ -161,7 +195,7 @@ def render(name: str, result: ToolOutput | ToolRejected | ToolCrashed) -> types.
             content.append(types.TextContent(type="text", text=block.text))
         elif isinstance(block, ImageBlock):
             content.append(types.ImageContent(type="image", data=block.data, mime_type=block.mimeType))
-    return types.CallToolResult(content=content, is_error=False)
+    return types.CallToolResult(content=content, structured_content=_structured(result), is_error=False)
 
 
 TASK_PROMPT = types.Prompt(name="task", description="The task statement of this MCP session's episode.")
@@ -173,12 +207,8 @@ def _content(block: TextBlock | ImageBlock) -> types.TextContent | types.ImageCo
     return types.TextContent(type="text", text=block.text)
 
 
-async def _handshake_only(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
-    # Refusing discovery makes `mcp.Client(url)` (mode="auto") fall back to `initialize`, the only era in
-    # which a transport session, and so an episode, survives from one call to the next.
-    if ctx.method == "server/discover":
-        raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
-    return await call_next(ctx)
+def _no_header_parameters(name: str) -> None:
+    return None
 
 
 def _security() -> TransportSecuritySettings:
@@ -289,8 +319,10 @@ class McpFace:
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
         )
-        self.server.middleware.append(_handshake_only)
         self.server.middleware.append(self._instructions)
+        # No tool declares `x-mcp-header` parameters, so there are no `Mcp-Param-*` headers to check: without
+        # this the SDK would list the tools again (setting an episode up) before every 2026-07-28 tools/call.
+        self.server.get_tool_input_schema = _no_header_parameters
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
             json_response=True,
@@ -314,7 +346,8 @@ class McpFace:
     def routes(self) -> list[BaseRoute]:
         endpoint = _Endpoint(self)
         # methods=None: every method reaches the transport, which answers 405 as a JSON-RPC error itself.
-        return [Route(path, endpoint, methods=None) for path in ("/mcp", "/mcp/", "/{env}/mcp", "/{env}/mcp/")]
+        paths = ("/mcp", "/{env}/mcp", "/mcp/episodes/{session_id}", "/{env}/mcp/episodes/{session_id}")
+        return [Route(path + slash, endpoint, methods=None) for path in paths for slash in ("", "/")]
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[McpFace]:
@@ -345,7 +378,7 @@ class McpFace:
         extra = _object(_object(_object(message.get("params")).get("clientInfo")).get("_extra"))
         admitted: Session | None = None
         try:
-            key = extra.get("session_id") or Headers(scope=scope).get(KEY_HEADER)
+            key = _path_key(scope) or extra.get("session_id") or Headers(scope=scope).get(KEY_HEADER)
             seed = _int_or_none(extra.get("seed"), "clientInfo._extra.seed")
             config = extra.get("config") or {}
             if not isinstance(config, dict):
@@ -472,6 +505,9 @@ class McpFace:
         binding = self._bindings.get(transport_id)
         if binding is not None and binding.session.env_cls is not env_cls:
             raise Refused(404, "Session not found")  # a transport belongs to its endpoint
+        named = _path_key(scope)
+        if binding is not None and named is not None and binding.session.id != named:
+            raise Refused(404, "Session not found")  # ... and to the episode its URL names
         deleting = scope["method"] == "DELETE"
         if binding is not None:
             binding.in_flight += 1
@@ -553,10 +589,17 @@ class McpFace:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        _, binding = self._binding(ctx)
+        transport_id, binding = self._binding(ctx)
+        session = binding.session if binding is not None else None
+        if transport_id is None and _named_key(ctx) is not None:
+            # A sessionless request on an episode URL (or with X-Session-ID): that episode's tools, if it is live.
+            try:
+                session = await self._session_for(ctx)
+            except _NoEpisode:
+                session = None
         try:
-            if binding is not None:
-                listed = await self.store.tools(binding.session.env_cls, binding.session)
+            if session is not None:
+                listed = await self.store.tools(session.env_cls, session)
             else:
                 listed = await self.store.tools(self._path_env(ctx))
         except OrsError as exc:  # a composed tool server that did not answer
@@ -575,6 +618,9 @@ class McpFace:
             session = await self._session_for(ctx)
             shown = session.redact(params.name)
             result = await self.store.call(session, params.name, params.arguments)
+        except _Unnamed as exc:
+            # Current era: nothing names an episode, so no call can run; the error says how to name one.
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except _NoEpisode as exc:
             return _error_result(str(exc))
         except OrsError as exc:
@@ -614,15 +660,14 @@ class McpFace:
             raise ended
         else:
             # A sessionless (2026-07-28) request: it can only drive a session it names.
-            request = ctx.request
-            named = request.headers.get(KEY_HEADER) if request is not None else None
+            named = _named_key(ctx)
             if not named:
-                raise _NoEpisode(
-                    "This server keeps an episode per MCP session: connect with the initialize handshake "
-                    "(mcp 2.x: Client(url) or Client(url, mode='legacy')), or name a session with the "
-                    "X-Session-ID header."
-                )
-            key, env_name = self.store.check_id(named.strip()), self._path_env(ctx).name
+                raise _Unnamed(_how_to_name(self._path_env(ctx).name, ctx))
+            try:
+                key = self.store.check_id(named)
+            except OrsError as exc:
+                raise _NoEpisode(exc.message) from None
+            env_name = self._path_env(ctx).name
         try:
             session = await self.store.get_ready(key, env_name)
         except SessionExpired as exc:
@@ -639,6 +684,36 @@ class McpFace:
 
 class _NoEpisode(Exception):
     """A tool call that names no live episode (rendered as an isError result)."""
+
+
+class _Unnamed(_NoEpisode):
+    """A sessionless (2026-07-28) request that names no episode at all (a JSON-RPC error for `tools/call`)."""
+
+
+def _path_key(scope: Scope) -> str | None:
+    """The session id an episode URL (`/{env}/mcp/episodes/{session_id}`) names, if this is one."""
+    named = scope.get("path_params", {}).get("session_id")
+    return named.strip() or None if isinstance(named, str) else None
+
+
+def _named_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The episode a request without a transport names: its episode URL, else its `X-Session-ID` header."""
+    request = ctx.request
+    if request is None:
+        return None
+    return _path_key(request.scope) or (request.headers.get(KEY_HEADER) or "").strip() or None
+
+
+def _how_to_name(env_name: str, ctx: ServerRequestContext[Any, Any]) -> str:
+    request = ctx.request
+    default = request is not None and "env" not in request.path_params
+    url = "/mcp/episodes/<session_id>" if default else f"/{env_name}/mcp/episodes/<session_id>"
+    return (
+        f"No episode named: this request (MCP 2026-07-28, without a protocol session) must name the episode it "
+        f"acts on. Use the episode URL {url} (the session_id of a session created with ORS /create or on any "
+        "other face), or send the X-Session-ID header with that id; or connect with the initialize handshake "
+        "(mcp 2.x: Client(url, mode='legacy')), which starts an episode of its own."
+    )
 
 
 class _Endpoint:

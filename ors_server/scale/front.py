@@ -31,6 +31,7 @@ from ors_server.scale import metrics as merged
 from ors_server.scale.directory import DEFAULT_SIZE, Directory
 from ors_server.scale.ids import WorkerTag, split
 from ors_server.scale.keys import (
+    episode_key,
     has_transport_id,
     header_key,
     is_create,
@@ -278,15 +279,16 @@ class Front:
             return await self.refusals.too_large(scope, self.max_body_bytes)(scope, receive, send)
         except _ClientGone:
             return
-        key = header_key(scope)
+        episode = episode_key(scope)  # an MCP episode URL binds every request on it to its session
+        key = episode or header_key(scope)
         initialize = opens = False
         if is_mcp_post(scope) and not has_transport_id(scope):
-            # An `initialize` creates or attaches to the session its `_extra.session_id` (else X-Session-ID)
-            # names; another JSON-RPC POST may name one in `params.session_id`, or create one (OpenEnv's
-            # `openenv/session/create`).
+            # An `initialize` creates or attaches to the session its episode URL (else `_extra.session_id`, else
+            # X-Session-ID) names; another JSON-RPC POST may name one in `params.session_id`, or create one
+            # (OpenEnv's `openenv/session/create`).
             initialize, named = read_initialize(body)
             if initialize:
-                key = named or key
+                key = episode or named or key
             elif key is None:
                 opens, key = read_params_session(body)
         creates = initialize or opens or is_create(scope)

@@ -1,6 +1,7 @@
 """Which session a request belongs to: the same rule on every face.
 
-In order: `X-Session-ID`; else `mcp-session-id` (an MCP transport id on `/mcp`, the Eval Protocol id on
+In order: the id an MCP episode URL (`/mcp/episodes/{id}`, `/{env}/mcp/episodes/{id}`) names; `X-Session-ID`;
+else `mcp-session-id` (an MCP transport id on `/mcp`, the Eval Protocol id on
 `/control/*`); else a WebSocket's `?session_id=`. Only an MCP `initialize` that carries none of these is
 read for `clientInfo._extra.session_id`, the key Eval Protocol's client names its rollout with, and any other
 JSON-RPC POST for `params.session_id`, where OpenEnv's `MCPToolClient` names its session.
@@ -31,9 +32,19 @@ def header_key(scope: Scope) -> str | None:
     return None
 
 
+def episode_key(scope: Scope) -> str | None:
+    """The session id an MCP episode URL names (`/mcp/episodes/{id}` or `/{env}/mcp/episodes/{id}`), if it is one."""
+    parts = scope["path"].rstrip("/").split("/")
+    if len(parts) in (4, 5) and parts[-3:-1] == ["mcp", "episodes"] and parts[-1].strip():
+        return parts[-1].strip()
+    return None
+
+
 def is_mcp_post(scope: Scope) -> bool:
     """A POST to an MCP endpoint: without a session header, it may be an `initialize` keyed in its body."""
-    return scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/mcp")
+    if scope["method"] != "POST":
+        return False
+    return scope["path"].rstrip("/").endswith("/mcp") or episode_key(scope) is not None
 
 
 def read_initialize(body: bytes) -> tuple[bool, str | None]:

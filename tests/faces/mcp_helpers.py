@@ -158,3 +158,44 @@ async def rpc(http: httpx.AsyncClient, url: str, sid: str, method: str, params: 
 
 async def call(http: httpx.AsyncClient, url: str, sid: str, name: str, arguments: dict[str, Any] | None = None) -> Any:
     return (await rpc(http, url, sid, "tools/call", {"name": name, "arguments": arguments or {}}))["result"]
+
+
+LAKE_MOVES = {"LEFT": (0, -1), "DOWN": (1, 0), "RIGHT": (0, 1), "UP": (-1, 0)}
+
+
+def lake_route(grid: str) -> list[str]:
+    """The shortest safe route from `x` to `G` on a FrozenLake grid as the environment shows it (breadth first)."""
+    rows = grid.split("\n")
+    start = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "x")
+    routes: dict[tuple[int, int], list[str]] = {start: []}
+    frontier = [start]
+    while frontier:
+        r, c = frontier.pop(0)
+        if rows[r][c] == "G":
+            return routes[(r, c)]
+        for name, (dr, dc) in LAKE_MOVES.items():
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < len(rows) and 0 <= nc < len(rows[0]) and rows[nr][nc] != "H" and (nr, nc) not in routes:
+                routes[(nr, nc)] = [*routes[(r, c)], name]
+                frontier.append((nr, nc))
+    raise AssertionError(f"no route on {grid!r}")
+
+
+async def play_lake(client: Any) -> list[dict[str, Any]]:
+    """Play a FrozenLake episode to its goal with an `mcp` 2.x `Client`: the route is read from the MCP prompt `task`
+    (its initial observation); returns each step's `structuredContent`, checked against the unchanged text."""
+    prompt = (await client.get_prompt("task")).messages[0].content.text
+    initial = json.loads(prompt.split("Initial observation:\n", 1)[1])
+    steps = []
+    for action in lake_route(initial["grid"]):
+        result = await client.call_tool("lake_move", {"action": action})
+        assert not result.is_error, result
+        observation = json.loads(result.content[0].text)  # the text Eval Protocol parses, as before
+        assert result.structured_content == {
+            **observation,
+            "reward": result.structured_content["reward"],
+            "finished": result.structured_content["finished"],
+        }
+        steps.append(result.structured_content)
+    assert [(s["reward"], s["finished"]) for s in steps] == [(0.0, False)] * (len(steps) - 1) + [(1.0, True)]
+    return steps
