@@ -4,51 +4,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import socket
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ors_server.environment import Environment
 from ors_server.loading import LoadError, resolve_environments
 from ors_server.registry import Registry
-from ors_server.settings import Settings
+from ors_server.settings import Flag, Settings, serve_flags
 from ors_server.types import Split
 
 LOAD_ERROR_EXIT = 2  # as argparse exits for a usage error: the command line names something that is not there
-
-
-# The `serve` flags that set one Settings field each: (field, type, metavar, help). The flag is the field's
-# name with dashes; its default is the field's.
-SETTING_FLAGS: list[tuple[str, type, str, str]] = [
-    ("session_timeout", float, "S", "idle seconds before reaping"),
-    ("tombstones", int, "N", "ended (deleted or reaped) session ids remembered, so they answer 410 rather than 404"),
-    ("max_sessions", int, "N", "live sessions at most; more get 503 with Retry-After"),
-    ("tool_timeout", float, "S", "seconds a tool call may run"),
-    ("tool_server_timeout", float, "S", "seconds a call to a composed MCP tool server may take"),
-    ("tool_server_start_timeout", float, "S", "seconds a composed MCP tool server may take to start and list tools"),
-    ("tool_server_log_bytes", int, "N", "bytes of one stdio tool server process's stderr that reach the log"),
-    ("tool_threads", int, "N", "worker threads for sync tools"),
-    ("discovery_threads", int, "N", "worker threads for listing splits and tasks"),
-    ("lifecycle_threads", int, "N", "worker threads for setup, teardown, task_from_seed and prompt reads"),
-    ("max_body_bytes", int, "N", "largest request body"),
-    ("max_task_spec_bytes", int, "N", "largest task spec or MCP config a session may hold"),
-    ("max_replay_chars", int, "N", "finished call results kept for replay, in total"),
-    ("max_mcp_transports_per_session", int, "N", "MCP transports one session may have open"),
-    ("max_header_bytes", int, "N", "largest request head"),
-    ("header_timeout", float, "S", "seconds a client has to send a request's headers"),
-    ("body_timeout", float, "S", "seconds a client has to send a request's body"),
-    ("ws_write_buffer_bytes", int, "N", "bytes queued to a WebSocket client before it must read to be read from"),
-    ("ws_write_timeout", float, "S", "seconds a WebSocket client may read nothing before it is closed"),
-    ("max_output_chars", int, "N", "largest tool result"),
-    ("codeact_timeout", float, "S", "wall-clock seconds one execute_code step may run"),
-    ("codeact_memory_bytes", int, "N", "address space of an execute_code step's process (RLIMIT_AS)"),
-    ("codeact_max_threads", int, "N", "threads an execute_code step may run at once (RLIMIT_NPROC in its sandbox)"),
-    ("codeact_disk_bytes", int, "N", "size of an execute_code step's /tmp tmpfs, the only place it can write"),
-    ("front_directory_size", int, "N", "with --workers: session ids each front remembers the worker of"),
-]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,14 +44,36 @@ class _Help(argparse.HelpFormatter):
         return text
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
+def _argument(parser: Any, flag: Flag) -> None:
+    """Add one row of the flags table to `parser`."""
+    options: dict[str, Any] = {"default": flag.default, "help": flag.help, "dest": flag.field or "env"}
+    if flag.type is None:
+        options["action"] = "store_true"
+    else:
+        options["type"] = flag.type if flag.type in (int, float, str) else _reading(flag.type)
+        if flag.choices is None:
+            options["metavar"] = flag.metavar
+        else:
+            options["choices"] = list(flag.choices)
+        if flag.repeat:
+            options["action"] = "append"
+            options["default"] = []
+        if flag.optional_value:
+            options["nargs"], options["const"] = "?", ""
+    parser.add_argument(flag.flag, **options)
+
+
+def _reading(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` with its ValueError's message in argparse's error line (argparse drops it otherwise)."""
+
+    def read(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    read.__name__ = parse.__name__.strip("_")
+    return read
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,79 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve", help="serve environments over ORS, MCP and the control plane", description="Serve environments."
     )
-    serve.add_argument("--host", default=Settings.host, help="address to listen on")
-    serve.add_argument("--port", type=int, default=Settings.port, help="port to listen on")
-    serve.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="serve this environment (a built-in name or module:Class); repeat for more; default: all built-ins",
-    )
-    for name, kind, metavar, text in SETTING_FLAGS:
-        flag = "--" + name.replace("_", "-")
-        serve.add_argument(flag, dest=name, type=kind, default=getattr(Settings, name), metavar=metavar, help=text)
-    serve.add_argument("--api-key", default=None, help="require this key (default: $ORS_API_KEY; none: open)")
-    serve.add_argument(
-        "--allowed-host",
-        action="append",
-        default=[],
-        metavar="HOST[:PORT]",
-        help="a Host header to accept besides loopback and --host (name:port, name, or name:*); repeat for more",
-    )
-    serve.add_argument(
-        "--codeact",
-        action="store_true",
-        help="offer execute_code (Python that calls the tools) in every session; sandboxed with bwrap, "
-        "or unsandboxed with ORS_CODEACT_SANDBOX=none",
-    )
-    serve.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        metavar="N",
-        help="serve from N worker processes behind a session-routing front (--max-sessions is split over them)",
-    )
-    serve.add_argument(
-        "--fronts",
-        type=int,
-        default=1,
-        metavar="M",
-        help="with --workers: M front processes share the port (the front's CPU per request is the first "
-        "limit on one host); each follows the same worker table",
-    )
-    serve.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="ADDRESS",
-        help="run the --workers as Ray actors on the cluster at ADDRESS (none: a new local Ray instance); "
-        "needs the ray extra: pip install 'ors-server[ray]'",
-    )
-    serve.add_argument(
-        "--ray-placement",
-        choices=["spread", "pack"],
-        default="spread",
-        help="spread: workers round-robin over the cluster's nodes; pack: where Ray's scheduler puts them",
-    )
-    serve.add_argument(
-        "--ray-worker-cpus", type=float, default=1.0, metavar="N", help="CPUs Ray reserves for each worker"
-    )
-    serve.add_argument(
-        "--ray-runtime-env",
-        type=_json_object,
-        default=None,
-        metavar="JSON",
-        help='Ray runtime_env of the deployment, e.g. \'{"working_dir": "."}\' or \'{"py_modules": ["mymodule.py"]}\': '
-        "how a module:Class environment reaches the other nodes",
-    )
-    serve.add_argument(
-        "--log-level",
-        default=Settings.log_level,
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="log level (debug also shows the traceback behind an environment that fails to load)",
-    )
+    groups: dict[str, Any] = {}
+    for flag in serve_flags():
+        if flag.group not in groups:
+            groups[flag.group] = serve.add_argument_group(flag.group)
+        _argument(groups[flag.group], flag)
 
     envs = commands.add_parser(
         "envs", help="list environments with their tools and splits", description="List environments."
@@ -191,30 +113,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     from ors_server.server import Server
 
-    try:
-        settings = Settings.from_env(
-            host=args.host,
-            port=args.port,
-            api_key=args.api_key,
-            allowed_hosts=tuple(args.allowed_host),
-            log_level=args.log_level,
-            codeact=args.codeact,
-            **{name: getattr(args, name) for name, *_ in SETTING_FLAGS},
-        )
-    except ValueError as exc:
-        raise SystemExit(f"ors-server: {exc}") from None
-    if settings.codeact:
-        _check_codeact(settings)
     if args.workers is not None and args.workers < 1:
         raise SystemExit("ors-server: --workers must be at least 1")
     if args.fronts < 1:
         raise SystemExit("ors-server: --fronts must be at least 1")
-    if args.fronts > 1 and (args.workers is None or args.ray is not None):
+    try:
+        settings = Settings.from_env(**_settings_of(args))
+    except ValueError as exc:
+        raise SystemExit(f"ors-server: {exc}") from None
+    if settings.codeact:
+        _check_codeact(settings)
+    if settings.fronts > 1 and (settings.workers is None or settings.ray is not None):
         raise SystemExit("ors-server: --fronts needs --workers N (with --ray, start one front per node instead)")
-    if args.fronts > 1 and not hasattr(socket, "SO_REUSEPORT"):
+    if settings.fronts > 1 and not hasattr(socket, "SO_REUSEPORT"):
         raise SystemExit("ors-server: --fronts needs SO_REUSEPORT, which this platform lacks")
-    if args.ray is not None:
-        if args.workers is None:
+    if settings.ray is not None:
+        if settings.workers is None:
             raise SystemExit("ors-server: --ray needs --workers N")
         try:
             from ors_server.scale import on_ray
@@ -224,22 +138,32 @@ def main(argv: Sequence[str] | None = None) -> None:
             on_ray.serve(
                 args.env,
                 settings,
-                args.workers,
-                args.ray or None,
-                args.ray_placement,
-                args.ray_worker_cpus,
-                args.ray_runtime_env,
+                settings.workers,
+                settings.ray or None,
+                settings.ray_placement,
+                settings.ray_worker_cpus,
+                settings.ray_runtime_env,
             )
         return
-    if args.ray_runtime_env is not None:
+    if settings.ray_runtime_env is not None:
         raise SystemExit("ors-server: --ray-runtime-env needs --ray")
-    if args.workers is not None:
+    if settings.workers is not None:
         from ors_server.scale import local
 
         with _listen_errors():
-            local.serve(args.env, settings, args.workers, args.fronts)
+            local.serve(args.env, settings, settings.workers, settings.fronts)
         return
     Server(environments, settings).run()
+
+
+def _settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The Settings fields the `serve` flags set (a repeatable flag's values as a tuple)."""
+    values: dict[str, Any] = {}
+    for flag in serve_flags():
+        if flag.field is not None:
+            value = getattr(args, flag.field)
+            values[flag.field] = tuple(value) if flag.repeat else value
+    return values
 
 
 def _load(specs: Sequence[str], debug: bool) -> list[type[Environment]]:

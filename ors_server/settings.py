@@ -1,145 +1,327 @@
-"""Server settings: one frozen object, validated when it is built."""
+"""Server settings: one frozen object, validated when it is built, grouped by concern.
+
+Each group is a dataclass of its own (`Limits`, `Pools`, `Network`, `Sandbox`, `Scale`), documented here, and
+`Settings` is all of them (a field is read flat: `settings.max_sessions`). Every field is declared with
+`setting(...)`, which holds what the rest needs to know about it: its validation rule, and, for the fields that
+`ors-server serve` sets, the flag's help and metavar. `serve_flags()` turns that into one table (flag, field,
+type, default, help) from which the CLI builds its parser and against which a test checks README's flags table.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ors_server.scale.ids import WorkerTag
 
+Rule = Literal["positive", "at_least_1", "positive_or_none", "at_least_1_or_none", "not_negative", "any"]
+
+
+def setting(
+    default: Any,
+    help: str | None = None,
+    *,
+    rule: Rule = "any",
+    metavar: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    flag: str | None = None,
+    shown: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    secret: bool = False,
+) -> Any:
+    """A Settings field. `help` makes it a `serve` flag (`--` and the field's name with dashes, unless `flag`
+    names it), `shown` is its default as README and help say it when the value itself says nothing
+    (`$ORS_API_KEY`), `parse` reads the flag's text when the field's type cannot, `secret` keeps the field out
+    of repr and of `to_json`."""
+    metadata = {
+        "help": help,
+        "rule": rule,
+        "metavar": metavar,
+        "choices": choices,
+        "flag": flag,
+        "shown": shown,
+        "parse": parse,
+        "secret": secret,
+    }
+    return field(default=default, repr=not secret, metadata=metadata)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {text!r}")
+    return value
+
 
 @dataclass(frozen=True)
-class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    envs: tuple[str, ...] = ()
-    """Names of the environments to serve, in order (the first is the default); empty means all built-ins."""
+class Limits:
+    """What sessions and calls may take, in time, count and size: each bounds a resource a client can make the
+    server hold, so that none grows without a documented limit."""
 
-    session_timeout: float = 900.0
+    session_timeout: float = setting(
+        900.0,
+        "idle seconds before reaping",
+        rule="positive",
+        metavar="S",
+    )
     """Seconds without a session-bearing request after which a session is reaped."""
-    max_sessions: int = 10_000
-    ready_wait: float = 25.0
-    """How long endpoints that need a ready session wait for `setup()` before answering 503."""
-    tool_timeout: float | None = None
-    """Seconds a tool call may run before its caller gets `timeout`; None for no limit. A sync tool's thread runs
-    on until it returns, and its session refuses calls (`session_busy`) meanwhile."""
-    tool_server_timeout: float = 60.0
-    """Seconds a call to a composed MCP tool server may take (also bounded by `tool_timeout`); a server past it
-    fails that call (`timeout`), never the session."""
-    tool_server_start_timeout: float = 30.0
-    """Seconds a composed MCP tool server may take to start and list its tools; past it, setup fails."""
-    tool_server_log_bytes: int = 16 * 1024
-    """Bytes of one stdio tool server process's stderr written to the log (whole lines); the rest is dropped."""
-    tool_threads: int = 40
-    """Worker threads for sync tool calls (a timed-out call keeps its thread until it really returns)."""
-    discovery_threads: int = 8
-    """Worker threads for listing splits and tasks, apart from tool calls."""
-    lifecycle_threads: int = 16
-    """Worker threads for task_from_seed, construction, setup, teardown and prompt reads, apart from tool calls."""
-    max_output_chars: int = 16 * 1024 * 1024
-    """The most characters a tool result's blocks may hold (text plus base64 image data)."""
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_task_spec_bytes: int = 256 * 1024
-    """The largest task spec (and MCP binding config) a session may hold, as compact UTF-8 JSON; 413 past it.
-    With `max_sessions` it bounds what task specs can take: 10,000 x 256 KiB = 2.5 GiB at most."""
-    max_replay_chars: int = 256 * 1024 * 1024
-    """Characters of finished calls' results (text and image data) kept, across all sessions, for replay by
-    `task_id`; past it the oldest are forgotten first (a replay of one answers as an unknown task_id)."""
-    max_mcp_transports_per_session: int = 8
-    """MCP transports (initialize handshakes) one session may have open at once; one more gets 429."""
-    max_header_bytes: int = 64 * 1024
-    """The largest request line plus headers a client may send (431 past it)."""
-    header_timeout: float = 30.0
-    """Seconds a client has to send a request's headers, from its first byte (from connecting, for a new
-    connection); 408 and the connection closed past it."""
-    body_timeout: float = 60.0
-    """Seconds a client has to send a request's body once its headers are in; 408 and closed past it."""
-    ws_write_buffer_bytes: int = 256 * 1024
-    """Bytes queued to one WebSocket client past which nothing more is read from it until it has read (a quarter
-    of it); what one connection holds is this plus the message being written plus the kernel's buffers."""
-    ws_write_timeout: float = 20.0
-    """Seconds a WebSocket client may read nothing of what is queued to it (past `ws_write_buffer_bytes`) before
-    it is closed (1008) and its socket aborted."""
-    sse_keepalive: float = 10.0
-    """Seconds between SSE keepalive comments while a tool runs (the openreward client gives up after 30)."""
-    call_linger: float = 60.0
-    """Seconds a finished call's result stays available for replay by `task_id`."""
-    tombstones: int = 10_000
+    tombstones: int = setting(
+        10_000,
+        "ended (deleted or reaped) session ids remembered, so they answer 410 rather than 404",
+        rule="at_least_1",
+        metavar="N",
+    )
     """How many deleted or reaped session ids are remembered, the latest ones (they answer 410 rather than 404:
     "Session deleted", or "Session expired after N s of inactivity"). Measured: 1.5 MB for 10,000 ids of 32
     characters, 2.4 MB at the 128-character limit."""
-    shutdown_grace: float = 10.0
+    max_sessions: int = setting(
+        10_000, "live sessions at most; more get 503 with Retry-After", rule="at_least_1", metavar="N"
+    )
+    ready_wait: float = setting(25.0, rule="positive")
+    """How long endpoints that need a ready session wait for `setup()` before answering 503."""
+    tool_timeout: float | None = setting(
+        None, "seconds a tool call may run", rule="positive_or_none", metavar="S", shown="none"
+    )
+    """Seconds a tool call may run before its caller gets `timeout`; None for no limit. A sync tool's thread runs
+    on until it returns, and its session refuses calls (`session_busy`) meanwhile."""
+    tool_server_timeout: float = setting(
+        60.0, "seconds a call to a composed MCP tool server may take", rule="positive", metavar="S"
+    )
+    """Seconds a call to a composed MCP tool server may take (also bounded by `tool_timeout`); a server past it
+    fails that call (`timeout`), never the session."""
+    tool_server_start_timeout: float = setting(
+        30.0,
+        "seconds a composed MCP tool server may take to start and list tools",
+        rule="positive",
+        metavar="S",
+    )
+    """Seconds a composed MCP tool server may take to start and list its tools; past it, setup fails."""
+    tool_server_log_bytes: int = setting(
+        16 * 1024,
+        "bytes of one stdio tool server process's stderr that reach the log",
+        rule="at_least_1",
+        metavar="N",
+    )
+    """Bytes of one stdio tool server process's stderr written to the log (whole lines); the rest is dropped."""
+    max_task_spec_bytes: int = setting(
+        256 * 1024, "largest task spec or MCP config a session may hold", rule="at_least_1", metavar="N"
+    )
+    """The largest task spec (and MCP binding config) a session may hold, as compact UTF-8 JSON; 413 past it.
+    With `max_sessions` it bounds what task specs can take: 10,000 x 256 KiB = 2.5 GiB at most."""
+    max_replay_chars: int = setting(
+        256 * 1024 * 1024, "finished call results kept for replay, in total", rule="at_least_1", metavar="N"
+    )
+    """Characters of finished calls' results (text and image data) kept, across all sessions, for replay by
+    `task_id`; past it the oldest are forgotten first (a replay of one answers as an unknown task_id)."""
+    max_mcp_transports_per_session: int = setting(
+        8, "MCP transports one session may have open", rule="at_least_1", metavar="N"
+    )
+    """MCP transports (initialize handshakes) one session may have open at once; one more gets 429."""
+    max_output_chars: int = setting(16 * 1024 * 1024, "largest tool result", rule="at_least_1", metavar="N")
+    """The most characters a tool result's blocks may hold (text plus base64 image data)."""
+    call_linger: float = setting(60.0, rule="positive")
+    """Seconds a finished call's result stays available for replay by `task_id`."""
+    shutdown_grace: float = setting(10.0, rule="not_negative")
     """Seconds in-flight calls get to finish at shutdown before sessions are torn down."""
-    teardown_timeout: float = 30.0
-    api_key: str | None = field(default=None, repr=False)
-    allowed_hosts: tuple[str, ...] = ()
+    teardown_timeout: float = setting(30.0, rule="positive")
+    """Seconds one session's `teardown()` may take before it is given up on."""
+
+
+@dataclass(frozen=True)
+class Pools:
+    """Worker threads, one pool per kind of work, so that slow tools cannot starve listing tasks or starting
+    episodes (and the reverse)."""
+
+    tool_threads: int = setting(40, "worker threads for sync tools", rule="at_least_1", metavar="N")
+    """Worker threads for sync tool calls (a timed-out call keeps its thread until it really returns)."""
+    discovery_threads: int = setting(8, "worker threads for listing splits and tasks", rule="at_least_1", metavar="N")
+    """Worker threads for listing splits and tasks, apart from tool calls."""
+    lifecycle_threads: int = setting(
+        16, "worker threads for setup, teardown, task_from_seed and prompt reads", rule="at_least_1", metavar="N"
+    )
+    """Worker threads for task_from_seed, construction, setup, teardown and prompt reads, apart from tool calls."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """Where the server listens, who may talk to it, and what one connection may make it hold (request heads and
+    bodies, slow senders, WebSocket clients that do not read)."""
+
+    host: str = setting("127.0.0.1", "address to listen on")
+    port: int = setting(8000, "port to listen on")
+    api_key: str | None = setting(
+        None,
+        "require this key (default: $ORS_API_KEY; none: open)",
+        metavar="API_KEY",
+        shown="`$ORS_API_KEY`",
+        secret=True,
+    )
+    """The key every request but `/health` must carry; it travels to other processes of a deployment in their
+    environment, never in `to_json`."""
+    allowed_hosts: tuple[str, ...] = setting(
+        (),
+        "a Host header to accept besides loopback and --host (name:port, name, or name:*); repeat for more",
+        flag="--allowed-host",
+        metavar="HOST[:PORT]",
+        shown="loopback and `--host`",
+    )
     """Extra Host header values MCP accepts besides loopback (DNS-rebinding protection)."""
-    log_level: str = "info"
-    codeact: bool = False
+    max_body_bytes: int = setting(4 * 1024 * 1024, "largest request body", rule="at_least_1", metavar="N")
+    max_header_bytes: int = setting(64 * 1024, "largest request head", rule="at_least_1", metavar="N")
+    """The largest request line plus headers a client may send (431 past it)."""
+    header_timeout: float = setting(
+        30.0, "seconds a client has to send a request's headers", rule="positive", metavar="S"
+    )
+    """Seconds a client has to send a request's headers, from its first byte (from connecting, for a new
+    connection); 408 and the connection closed past it."""
+    body_timeout: float = setting(60.0, "seconds a client has to send a request's body", rule="positive", metavar="S")
+    """Seconds a client has to send a request's body once its headers are in; 408 and closed past it."""
+    ws_write_buffer_bytes: int = setting(
+        256 * 1024,
+        "bytes queued to a WebSocket client before it must read to be read from",
+        rule="at_least_1",
+        metavar="N",
+    )
+    """Bytes queued to one WebSocket client past which nothing more is read from it until it has read (a quarter
+    of it); what one connection holds is this plus the message being written plus the kernel's buffers."""
+    ws_write_timeout: float = setting(
+        20.0, "seconds a WebSocket client may read nothing before it is closed", rule="positive", metavar="S"
+    )
+    """Seconds a WebSocket client may read nothing of what is queued to it (past `ws_write_buffer_bytes`) before
+    it is closed (1008) and its socket aborted."""
+    sse_keepalive: float = setting(10.0, rule="positive")
+    """Seconds between SSE keepalive comments while a tool runs (the openreward client gives up after 30)."""
+    log_level: str = setting(
+        "info",
+        "log level (debug also shows the traceback behind an environment that fails to load)",
+        choices=("critical", "error", "warning", "info", "debug"),
+    )
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """CodeAct: whether sessions offer `execute_code`, and the limits of one step's sandbox (rlimits set inside
+    it and a fixed-size /tmp). The shell environment's sandbox reads its own `ORS_SHELL_*` variables."""
+
+    codeact: bool = setting(
+        False,
+        "offer execute_code (Python that calls the tools) in every session; sandboxed with bwrap, "
+        "or unsandboxed with ORS_CODEACT_SANDBOX=none",
+        shown="off",
+    )
     """Offer `execute_code` in every session (a session's task spec or binding config may say otherwise)."""
-    codeact_sandbox: str = "bwrap"
+    codeact_sandbox: str = setting("bwrap", choices=("bwrap", "none"))
     """How CodeAct steps are contained: 'bwrap', or 'none' (unsandboxed; `ORS_CODEACT_SANDBOX=none`)."""
-    codeact_timeout: float = 30.0
+    codeact_timeout: float = setting(
+        30.0, "wall-clock seconds one execute_code step may run", rule="positive", metavar="S"
+    )
     """Wall-clock seconds one `execute_code` step may run, its tool calls included."""
-    codeact_memory_bytes: int = 512 * 1024 * 1024
+    codeact_memory_bytes: int = setting(
+        512 * 1024 * 1024,
+        "address space of an execute_code step's process (RLIMIT_AS)",
+        rule="at_least_1",
+        metavar="N",
+    )
     """The address-space limit of a step's process (RLIMIT_AS; a step is one process)."""
-    codeact_max_threads: int = 64
+    codeact_max_threads: int = setting(
+        64,
+        "threads an execute_code step may run at once (RLIMIT_NPROC in its sandbox)",
+        rule="at_least_1",
+        metavar="N",
+    )
     """Threads a step may run at once, counted in its own sandbox (RLIMIT_NPROC; it cannot start processes)."""
-    codeact_disk_bytes: int = 16 * 1024 * 1024
+    codeact_disk_bytes: int = setting(
+        16 * 1024 * 1024,
+        "size of an execute_code step's /tmp tmpfs, the only place it can write",
+        rule="at_least_1",
+        metavar="N",
+    )
     """The size of a step's /tmp, the only place it can write (a tmpfs, so memory; the rest is read-only)."""
-    codeact_output_chars: int = 64 * 1024
+    codeact_output_chars: int = setting(64 * 1024, rule="at_least_1")
     """What a step prints, and its value, are each cut to this many characters."""
-    front_directory_size: int = 100_000
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Serving from several processes: worker processes behind a session-routing front, on one host or as Ray
+    actors. A worker gets these settings too (it reads only `worker_tag`)."""
+
+    workers: int | None = setting(
+        None,
+        "serve from N worker processes behind a session-routing front (--max-sessions is split over them)",
+        rule="at_least_1_or_none",
+        metavar="N",
+        shown="one process",
+    )
+    fronts: int = setting(
+        1,
+        "with --workers: M front processes share the port (the front's CPU per request is the first "
+        "limit on one host); each follows the same worker table",
+        rule="at_least_1",
+        metavar="M",
+    )
+    ray: str | None = setting(
+        None,
+        "run the --workers as Ray actors on the cluster at ADDRESS (none: a new local Ray instance); "
+        "needs the ray extra: pip install 'ors-server[ray]'",
+        metavar="ADDRESS",
+        shown="off",
+    )
+    """The Ray cluster's address; "" for a new local Ray instance; None: no Ray."""
+    ray_placement: str = setting(
+        "spread",
+        "spread: workers round-robin over the cluster's nodes; pack: where Ray's scheduler puts them",
+        choices=("spread", "pack"),
+    )
+    ray_worker_cpus: float = setting(1.0, "CPUs Ray reserves for each worker", rule="not_negative", metavar="N")
+    ray_runtime_env: dict[str, Any] | None = setting(
+        None,
+        'Ray runtime_env of the deployment, e.g. \'{"working_dir": "."}\' or \'{"py_modules": ["mymodule.py"]}\': '
+        "how a module:Class environment reaches the other nodes",
+        metavar="JSON",
+        shown="none",
+        parse=_json_object,
+    )
+    front_directory_size: int = setting(
+        100_000, "with --workers: session ids each front remembers the worker of", rule="at_least_1", metavar="N"
+    )
     """Session ids a front remembers the worker of (least recently used forgotten first; ~200 bytes each)."""
-    worker_tag: str | None = None
+    worker_tag: str | None = setting(None)
     """Set on a worker behind a front (`w<index>-<incarnation>`): the session ids it mints name it."""
 
+
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "positive": (lambda v: v > 0, "must be positive"),
+    "at_least_1": (lambda v: v >= 1, "must be at least 1"),
+    "positive_or_none": (lambda v: v is None or v > 0, "must be positive or None"),
+    "at_least_1_or_none": (lambda v: v is None or v >= 1, "must be at least 1 or None"),
+    "not_negative": (lambda v: v >= 0, "must not be negative"),
+}
+
+
+# Field order is the reverse of this list (dataclasses collect fields from the last base first).
+@dataclass(frozen=True)
+class Settings(Scale, Sandbox, Network, Pools, Limits):
+    """Everything a server (or a deployment of several processes) is told, validated when it is built; error
+    messages name the field and the rule."""
+
     def __post_init__(self) -> None:
-        positive = (
-            "session_timeout",
-            "ready_wait",
-            "tool_server_timeout",
-            "tool_server_start_timeout",
-            "sse_keepalive",
-            "call_linger",
-            "teardown_timeout",
-            "codeact_timeout",
-            "header_timeout",
-            "body_timeout",
-            "ws_write_timeout",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        for name in (
-            "max_sessions",
-            "max_output_chars",
-            "max_body_bytes",
-            "max_header_bytes",
-            "ws_write_buffer_bytes",
-            "max_mcp_transports_per_session",
-            "max_task_spec_bytes",
-            "max_replay_chars",
-            "tombstones",
-            "front_directory_size",
-            "codeact_memory_bytes",
-            "codeact_max_threads",
-            "codeact_disk_bytes",
-            "codeact_output_chars",
-            "tool_threads",
-            "discovery_threads",
-            "lifecycle_threads",
-            "tool_server_log_bytes",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        if self.tool_timeout is not None and self.tool_timeout <= 0:
-            raise ValueError(f"tool_timeout must be positive or None, got {self.tool_timeout!r}")
-        if self.shutdown_grace < 0:
-            raise ValueError(f"shutdown_grace must not be negative, got {self.shutdown_grace!r}")
-        if self.codeact_sandbox not in ("bwrap", "none"):
-            raise ValueError(f"codeact_sandbox must be 'bwrap' or 'none', got {self.codeact_sandbox!r}")
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            rule = spec.metadata["rule"]
+            if rule != "any" and not _RULES[rule][0](value):
+                raise ValueError(f"{spec.name} {_RULES[rule][1]}, got {value!r}")
+            choices = spec.metadata["choices"]
+            if choices is not None and value not in choices:
+                raise ValueError(f"{spec.name} must be {' or '.join(map(repr, choices))}, got {value!r}")
         if self.worker_tag is not None:
             WorkerTag.parse(self.worker_tag)
         if not 0 <= self.port <= 65535:
@@ -148,14 +330,12 @@ class Settings:
     def to_json(self) -> dict[str, Any]:
         """The settings as JSON values for another process of the deployment, without the API key (it travels in
         that process's environment, never in a spec another process could read)."""
-        return {name: value for name, value in asdict(self).items() if name != "api_key"}
+        return {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(self) if not spec.metadata["secret"]}
 
     @classmethod
     def from_json(cls, values: dict[str, Any]) -> Settings:
         """Settings sent by `to_json` (JSON lists back to tuples), the API key from the environment."""
-        return cls.from_env(
-            **{**values, "envs": tuple(values["envs"]), "allowed_hosts": tuple(values["allowed_hosts"])}
-        )
+        return cls.from_env(**{**values, "allowed_hosts": tuple(values["allowed_hosts"])})
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -165,3 +345,93 @@ class Settings:
         if overrides.get("codeact_sandbox") is None and os.environ.get("ORS_CODEACT_SANDBOX"):
             overrides["codeact_sandbox"] = os.environ["ORS_CODEACT_SANDBOX"].strip().lower()
         return cls(**overrides)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One `serve` flag: the Settings field it sets (None for `--env`, which names environments, not a
+    setting), how its text is read, its default, and its help."""
+
+    flag: str
+    field: str | None
+    type: Callable[[str], Any] | None
+    """None for a switch (`--codeact`)."""
+    default: Any
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    repeat: bool = False
+    """The flag may be given again; the field holds every value, in order."""
+    optional_value: bool = False
+    """The flag may be given without a value (`--ray` alone: a new local Ray instance, the value "")."""
+    shown: str | None = None
+    group: str = "environments"
+    """The title of the flag's group in `serve --help`."""
+
+    @property
+    def shown_default(self) -> str:
+        """The default as README's flags table says it."""
+        if self.shown is not None:
+            return self.shown
+        if isinstance(self.default, float) and self.default.is_integer():
+            return str(int(self.default))
+        return "none" if self.default is None else str(self.default)
+
+
+ENV_FLAG = Flag(
+    "--env",
+    None,
+    str,
+    (),
+    "serve this environment (a built-in name or module:Class); repeat for more; default: all built-ins",
+    metavar="NAME",
+    repeat=True,
+    shown="all built-ins",
+)
+
+# The groups in the order `serve --help` shows them, with their titles there.
+GROUPS: dict[type, str] = {
+    Network: "network and security",
+    Limits: "limits",
+    Pools: "thread pools",
+    Sandbox: "CodeAct sandbox",
+    Scale: "scale-out",
+}
+
+
+def serve_flags() -> list[Flag]:
+    """Every `serve` flag: `--env` first, then the settings' flags group by group."""
+    hints = typing.get_type_hints(Settings)
+    flags = [ENV_FLAG]
+    for group, title in GROUPS.items():
+        for spec in dataclasses.fields(group):
+            meta = spec.metadata
+            if meta["help"] is None:
+                continue
+            kind = hints[spec.name]
+            flags.append(
+                Flag(
+                    flag=meta["flag"] or "--" + spec.name.replace("_", "-"),
+                    field=spec.name,
+                    type=meta["parse"] or _reader(kind),
+                    default=spec.default,
+                    help=meta["help"],
+                    metavar=meta["metavar"],
+                    choices=meta["choices"],
+                    repeat=typing.get_origin(kind) is tuple,
+                    optional_value=spec.name == "ray",
+                    shown=meta["shown"],
+                    group=title,
+                )
+            )
+    return flags
+
+
+def _reader(kind: Any) -> Callable[[str], Any] | None:
+    """How a flag's text becomes a value of the field's type: the one type it names besides None (`float | None`
+    reads a float), the item type of a tuple, or None for a bool (a switch)."""
+    if kind is bool:
+        return None
+    args = [arg for arg in typing.get_args(kind) if arg is not type(None) and arg is not Ellipsis]
+    reader = args[0] if args else kind
+    return typing.cast(Callable[[str], Any], reader)
