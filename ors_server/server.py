@@ -11,7 +11,7 @@ import errno
 import gc
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -21,7 +21,6 @@ from starlette.applications import Starlette
 from ors_server.app import create_app
 from ors_server.environment import Environment
 from ors_server.http_limits import BoundedHttpToolsProtocol
-from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 from ors_server.ws_limits import BoundedWebSocketProtocol
 
@@ -53,7 +52,7 @@ class Server:
             raise SystemExit(f"ors-server: {exc}") from None
         config = uvicorn_config(self.app, self.settings, host=host, port=sock.getsockname()[1])
         announce(sock)
-        _Uvicorn(config, self.app.state.store).run(sockets=[sock])
+        UvicornServer(config, on_exit=self.app.state.store.stop_admitting).run(sockets=[sock])
 
 
 BACKLOG = 2048  # uvicorn's default
@@ -122,14 +121,17 @@ def uvicorn_config(app: Starlette, settings: Settings, **options: Any) -> uvicor
     return uvicorn.Config(app, **{**config, **options})
 
 
-class _Uvicorn(uvicorn.Server):
-    """uvicorn for a server process: it tells the store to stop admitting sessions the moment a shutdown signal
-    arrives, so the grace period for in-flight calls counts from the signal rather than from when connections
-    have closed; and it takes what the process loaded at startup out of the garbage collector's sight."""
+class UvicornServer(uvicorn.Server):
+    """uvicorn for every process of a deployment that serves (a server, a worker, a front).
 
-    def __init__(self, config: uvicorn.Config, store: SessionStore) -> None:
+    `on_exit` runs the moment a shutdown signal arrives, before uvicorn stops accepting: a server stops admitting
+    sessions then (so the grace for in-flight calls counts from the signal rather than from when connections
+    have closed), a front drains its workers. And what the process loaded at startup is taken out of the
+    garbage collector's sight."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None] | None = None) -> None:
         super().__init__(config)
-        self.store = store
+        self.on_exit = on_exit
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         # Modules, schemas and the app (~100k objects) live as long as the process, yet every full collection
@@ -140,5 +142,6 @@ class _Uvicorn(uvicorn.Server):
         await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.store.stop_admitting()
+        if self.on_exit is not None:
+            self.on_exit()
         super().handle_exit(sig, frame)

@@ -20,15 +20,11 @@ from contextlib import asynccontextmanager
 
 import uvicorn
 
-from ors_server.guards import HeaderChecks
-from ors_server.hosts import AllowedHosts
-from ors_server.loading import resolve_environments
+from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.directory import Directory
-from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
-from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Worker, WorkerTable
-from ors_server.server import configure_logging
+from ors_server.server import UvicornServer, configure_logging
 from ors_server.settings import Settings
 
 SPEC_VARIABLE = "ORS_FRONT_SPEC"
@@ -89,27 +85,23 @@ class SupervisedTable:
 
 
 def main() -> None:
-    from ors_server.scale.local import front_config
-
     loaded = json.loads(os.environ[SPEC_VARIABLE])
     settings = Settings.from_json(loaded["settings"])
     configure_logging(settings.log_level)
     table = WorkerTable(loaded["workers"])
     supervised = SupervisedTable(table, loaded["control_fd"])
-    refusals = Refusals(resolve_environments(loaded["envs"], loaded["app_dir"]), settings)
-    front = Front(
+    front = build_front(
+        loaded["envs"],
+        settings,
         table,
-        refusals,
-        checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
-        max_body_bytes=settings.max_body_bytes,
-        directory_size=settings.front_directory_size,
         lifespan=supervised.run,
         on_unreachable=supervised.unreachable,
+        app_dir=loaded["app_dir"],
         name=str(loaded["index"]),
         on_placed=supervised.placed,
     )
     supervised.directory = front.directory
-    server = supervised.server = uvicorn.Server(front_config(front, settings, refusals))
+    server = supervised.server = UvicornServer(front_config(front, settings))
     server.run(sockets=[socket.socket(fileno=loaded["listen_fd"])])
 
 

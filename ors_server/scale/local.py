@@ -21,24 +21,15 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from types import FrameType
 
-import uvicorn
-
-from ors_server.guards import HeaderChecks
-from ors_server.hosts import AllowedHosts
-from ors_server.http_limits import BoundedHttpToolsProtocol
-from ors_server.loading import resolve_environments
 from ors_server.scale import worker as worker_main
+from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.children import wait_or_kill
-from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
-from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
-from ors_server.server import WS_PING_INTERVAL, WS_PING_TIMEOUT, announce, bind, configure_logging
+from ors_server.server import UvicornServer, announce, bind, configure_logging
 from ors_server.settings import Settings
-from ors_server.ws_limits import BoundedWebSocketProtocol
 
 logger = logging.getLogger("ors_server.workers")
 
@@ -169,40 +160,6 @@ class LocalWorkers:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class _FrontServer(uvicorn.Server):
-    """The front's uvicorn: a shutdown signal drains the workers first, then the front's own connections
-    close as their replies finish."""
-
-    def __init__(self, config: uvicorn.Config, workers: LocalWorkers) -> None:
-        super().__init__(config)
-        self.workers = workers
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.workers.drain()
-        super().handle_exit(sig, frame)
-
-
-def front_config(front: Front, settings: Settings, refusals: Refusals) -> uvicorn.Config:
-    """The uvicorn config a front serves with, local or on Ray (bound to `settings.host:settings.port`, unless
-    it is handed a listening socket)."""
-    return uvicorn.Config(
-        front,
-        host=settings.host,
-        port=settings.port,
-        http=BoundedHttpToolsProtocol.bounded_by(settings, refusals.faces),  # the front is what clients reach
-        ws=BoundedWebSocketProtocol.bounded_by(settings),
-        ws_max_size=settings.max_body_bytes,
-        ws_ping_interval=WS_PING_INTERVAL,
-        ws_ping_timeout=WS_PING_TIMEOUT,
-        log_level=settings.log_level,
-        timeout_keep_alive=60,
-        access_log=False,
-        server_header=False,  # the workers' own headers pass through
-        date_header=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace + settings.teardown_timeout) + 5,
-    )
-
-
 def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) -> None:
     """Serve `envs` from `count` worker processes behind `fronts` fronts on `settings.host:settings.port`.
 
@@ -216,15 +173,7 @@ def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) 
     configure_logging(settings.log_level)
     table = WorkerTable(count)
     workers = LocalWorkers(envs, settings, table)
-    refusals = Refusals(resolve_environments(envs), settings)
-    front = Front(
-        table,
-        refusals,
-        checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
-        max_body_bytes=settings.max_body_bytes,
-        directory_size=settings.front_directory_size,
-        lifespan=workers.run,
-        on_unreachable=workers.unreachable,
-    )
+    front = build_front(envs, settings, table, lifespan=workers.run, on_unreachable=workers.unreachable)
     announce(sock)
-    _FrontServer(front_config(front, settings, refusals), workers).run(sockets=[sock])
+    # A shutdown signal drains the workers first, then the front's own connections close as their replies finish.
+    UvicornServer(front_config(front, settings), on_exit=workers.drain).run(sockets=[sock])

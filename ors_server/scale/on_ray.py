@@ -18,22 +18,17 @@ import math
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from types import FrameType
 from typing import Any
 
 import ray
-import uvicorn
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ors_server.guards import HeaderChecks
-from ors_server.hosts import AllowedHosts
 from ors_server.loading import LoadError, resolve_environments
+from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
-from ors_server.scale.local import front_config
-from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, State, Worker, WorkerTable
-from ors_server.server import announce, bind, configure_logging, uvicorn_config
+from ors_server.server import UvicornServer, announce, bind, configure_logging, uvicorn_config
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.ray")
@@ -59,7 +54,7 @@ class OrsWorker:
         host = ray.util.get_node_ip_address()
         config = uvicorn_config(self.app, settings, host=host, port=0)
         # Signals stay Ray's: uvicorn only captures them on the main thread, and an actor's loop is not there.
-        self.server = uvicorn.Server(config)
+        self.server = UvicornServer(config)
         self.serving = asyncio.ensure_future(self.server.serve())
         while not self.server.started:
             if self.serving.done():
@@ -262,19 +257,6 @@ class RayMembership:
         self.controller.unreachable.remote(worker.tag.index, worker.tag.incarnation)
 
 
-class _RayFrontServer(uvicorn.Server):
-    """A shutdown signal detaches this front first: the last one drains the workers while fronts relay."""
-
-    def __init__(self, config: uvicorn.Config, membership: RayMembership) -> None:
-        super().__init__(config)
-        self.membership = membership
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        loop = asyncio.get_event_loop()
-        loop.call_soon_threadsafe(self.membership.start_detach)
-        super().handle_exit(sig, frame)
-
-
 def controller_for(
     envs: Sequence[str], settings: Settings, count: int, placement: str, cpus: float, app_dir: str | None = None
 ) -> Any:
@@ -323,19 +305,14 @@ def serve(
         if problem is not None:
             raise LoadError(f"on the Ray cluster: {problem} (a worker's node needs the module: --ray-runtime-env)")
         membership = RayMembership(controller_for(envs, settings, count, placement, cpus, app_dir), table)
-        refusals = Refusals(resolve_environments(envs), settings)
-        front = Front(
-            table,
-            refusals,
-            checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
-            max_body_bytes=settings.max_body_bytes,
-            directory_size=settings.front_directory_size,
-            lifespan=membership.run,
-            on_unreachable=membership.unreachable,
-        )
+        front = build_front(envs, settings, table, lifespan=membership.run, on_unreachable=membership.unreachable)
         membership.front = front
-        config = front_config(front, settings, refusals)
         announce(sock)
-        _RayFrontServer(config, membership).run(sockets=[sock])
+
+        def detach() -> None:
+            # A shutdown signal detaches this front first: the last one drains the workers while fronts relay.
+            asyncio.get_event_loop().call_soon_threadsafe(membership.start_detach)
+
+        UvicornServer(front_config(front, settings), on_exit=detach).run(sockets=[sock])
     finally:
         ray.shutdown()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ors_server.app import create_app
 from ors_server.loading import resolve_environments
-from ors_server.server import _Uvicorn, configure_logging, uvicorn_config
+from ors_server.server import UvicornServer, configure_logging, uvicorn_config
 from ors_server.settings import Settings
 
 SPEC_VARIABLE = "ORS_WORKER_SPEC"
@@ -46,7 +46,7 @@ def main() -> None:
     app = create_app(resolve_environments(loaded["envs"], loaded["app_dir"]), settings)
     config = uvicorn_config(app, settings, uds=loaded["uds"])
     _exit_with_parent()
-    _Uvicorn(config, app.state.store).run()
+    UvicornServer(config, on_exit=app.state.store.stop_admitting).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""The front of a deployment, built one way wherever it runs: in the `--workers` process, as one of `--fronts M`
+processes, or beside a Ray cluster. Only what it is told of its workers differs (`lifespan`, `on_unreachable`,
+`on_placed`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import uvicorn
+
+from ors_server.guards import HeaderChecks
+from ors_server.hosts import AllowedHosts
+from ors_server.http_limits import BoundedHttpToolsProtocol
+from ors_server.loading import resolve_environments
+from ors_server.scale.front import Front
+from ors_server.scale.ids import WorkerTag
+from ors_server.scale.refusals import Refusals
+from ors_server.scale.table import Worker, WorkerTable
+from ors_server.server import WS_PING_INTERVAL, WS_PING_TIMEOUT
+from ors_server.settings import Settings
+from ors_server.ws_limits import BoundedWebSocketProtocol
+
+
+def build_front(
+    envs: Sequence[str],
+    settings: Settings,
+    table: WorkerTable,
+    *,
+    lifespan: Callable[[], AbstractAsyncContextManager[Any]],
+    on_unreachable: Callable[[Worker], None],
+    app_dir: str | None = None,
+    name: str = "0",
+    on_placed: Callable[[str, WorkerTag], None] | None = None,
+) -> Front:
+    """A front routing to `table`'s workers, checking what a single server checks before anything is forwarded
+    (Host, Origin, API key, body size), and refusing in each face's shape."""
+    return Front(
+        table,
+        Refusals(resolve_environments(envs, app_dir), settings),
+        checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
+        max_body_bytes=settings.max_body_bytes,
+        directory_size=settings.front_directory_size,
+        lifespan=lifespan,
+        on_unreachable=on_unreachable,
+        name=name,
+        on_placed=on_placed,
+    )
+
+
+def front_config(front: Front, settings: Settings) -> uvicorn.Config:
+    """The uvicorn config a front serves with, local or on Ray (bound to `settings.host:settings.port`, unless
+    it is handed a listening socket)."""
+    return uvicorn.Config(
+        front,
+        host=settings.host,
+        port=settings.port,
+        http=BoundedHttpToolsProtocol.bounded_by(settings, front.refusals.faces),  # the front is what clients reach
+        ws=BoundedWebSocketProtocol.bounded_by(settings),
+        ws_max_size=settings.max_body_bytes,
+        ws_ping_interval=WS_PING_INTERVAL,
+        ws_ping_timeout=WS_PING_TIMEOUT,
+        log_level=settings.log_level,
+        timeout_keep_alive=60,
+        access_log=False,
+        server_header=False,  # the workers' own headers pass through
+        date_header=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace + settings.teardown_timeout) + 5,
+    )
