@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from environments.math import Math  # noqa: E402
 from environments.shell import Shell  # noqa: E402
+from ors_server.calls import Calls  # noqa: E402
 from ors_server.sessions import SessionStore  # noqa: E402
 from ors_server.settings import Settings  # noqa: E402
 from ors_server.types import ToolOutput  # noqa: E402
@@ -29,6 +30,7 @@ from ors_server.types import ToolOutput  # noqa: E402
 
 async def main(sessions: int, seconds: float) -> None:
     async with SessionStore(Settings(ready_wait=120)).run() as store:
+        pipeline = Calls(store)
         started = time.monotonic()
         for i in range(sessions):
             store.create(f"s{i}", Shell, {"id": "hello_file"})
@@ -38,9 +40,9 @@ async def main(sessions: int, seconds: float) -> None:
         math = await store.get_ready("m")
 
         began = time.monotonic()
-        calls = [store.start_call(s, "bash", {"command": f"sleep {seconds:g}"}) for s in shells]
+        calls = [pipeline.start(s, "bash", {"command": f"sleep {seconds:g}"}) for s in shells]
         math_began = time.monotonic()
-        answer = await store.call(math, "submit", {"answer": "0"})
+        answer = await pipeline.call(math, "submit", {"answer": "0"})
         math_took = time.monotonic() - math_began
         results = [await call.wait() for call in calls]
         wall = time.monotonic() - began

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
 from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, mcp, openenv, ors
@@ -46,9 +47,10 @@ def create_app(
     settings = settings or Settings()
     registry = Registry(environments)
     store = SessionStore(settings)
-    core = Core(registry, store, settings)
+    calls = Calls(store)
+    core = Core(registry, store, calls, settings)
     faces_table = FaceTable([make(core) for make in faces], default=DEFAULT_FACE)
-    metrics = Metrics(store, faces_table)
+    metrics = Metrics(store, calls, faces_table)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -78,6 +80,7 @@ def create_app(
             Middleware(
                 WorkerSide,
                 store=store,
+                calls=calls,
                 transport_key=mcp_face.key_for if mcp_face is not None else lambda _key: None,
             )
         )
@@ -85,6 +88,7 @@ def create_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.store = store
+    app.state.calls = calls
     app.state.faces = faces_table
     for face in faces_table.faces:
         for name, value in face.state.items():

@@ -18,9 +18,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ors_server.calls import Calls, Observer, ToolCall, outcome
 from ors_server.codeact.tool import EXECUTE_CODE
 from ors_server.faces import FaceTable
-from ors_server.sessions import Session, SessionStore
+from ors_server.sessions import SessionStore
 
 access_log = logging.getLogger("ors_server.access")
 
@@ -36,8 +37,8 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 class _StoreCollector(Collector):
     """Live sessions and session lifecycle counts, read from the store at scrape time."""
 
-    def __init__(self, store: SessionStore) -> None:
-        self.store = store
+    def __init__(self, store: SessionStore, calls: Calls) -> None:
+        self.store, self.calls = store, calls
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         live = GaugeMetricFamily("ors_live_sessions", "Sessions alive now, per environment", labels=["env"])
@@ -61,15 +62,18 @@ class _StoreCollector(Collector):
         yield GaugeMetricFamily(
             "ors_overdue_calls",
             "Sync tool calls past --tool-timeout whose threads still run (each holds a tool thread and its session)",
-            value=self.store.overdue_calls,
+            value=self.calls.overdue,
         )
 
 
-class Metrics:
-    def __init__(self, store: SessionStore, faces: FaceTable) -> None:
-        self.store = store
+class Metrics(Observer):
+    """The Prometheus registry: the store's state read at scrape time, calls counted as they end (an observer
+    of the call pipeline), requests counted by `Observe`."""
+
+    def __init__(self, store: SessionStore, calls: Calls, faces: FaceTable) -> None:
+        self.store, self.calls = store, calls
         self.registry = CollectorRegistry()
-        self.registry.register(_StoreCollector(store))
+        self.registry.register(_StoreCollector(store, calls))
         self.tool_calls = Counter(
             "ors_tool_calls",
             "Tool calls by environment, tool and outcome",
@@ -99,18 +103,20 @@ class Metrics:
             registry=self.registry,
         )
         self._request_children: dict[tuple[str, str], Any] = {}
-        store.on_call.append(self._on_call)
+        calls.observe(self)
 
-    def _on_call(self, session: Session, tool: str, outcome: str, seconds: float) -> None:
+    def call_ended(self, call: ToolCall) -> None:
+        session, tool = call.session, call.name
+        assert call.result is not None
         # Unknown tool names come from clients: keep them out of the label space.
-        label = tool if tool == EXECUTE_CODE or self.store.has_tool(session, tool) else "<unknown>"
-        key = (session.env_name, label, outcome)
+        label = tool if tool == EXECUTE_CODE or self.calls.has_tool(session, tool) else "<unknown>"
+        key = (session.env_name, label, outcome(call.result))
         children = self._call_children.get(key)
         if children is None:  # labels() takes a lock and builds a key each time: look each series up once
             children = (self.tool_calls.labels(*key), self.tool_seconds.labels(session.env_name))
             self._call_children[key] = children
         children[0].inc()
-        children[1].observe(seconds)
+        children[1].observe(call.ended_at - call.started)
 
     def count_request(self, face: str, outcome: str) -> None:
         child = self._request_children.get((face, outcome))

@@ -1,4 +1,4 @@
-"""Sessions: one store of live sessions, the episodes they run, and the one call pipeline every face goes through.
+"""Sessions: one store of live sessions and the episodes they run: ids, admission and the lifecycle.
 
 A `Session` is what a client names: an id, an environment class, secrets, the seed and config its task came
 from. It runs one `Episode` at a time: an environment instance with its state, readiness, counters and calls.
@@ -6,16 +6,15 @@ Creating a session starts its first episode; `reset` starts a new one and swaps 
 session. Every episode is built by `_start` and torn down by `_finish`, exactly once each, whoever ends it.
 
 The `SessionStore` creates sessions (setup runs in the background), finds them (which refreshes their idle
-timer), runs tool calls in them (serialised per episode, concurrent across sessions), reaps idle ones and ends
-every one exactly once through `discard()`. Nothing here knows about HTTP, SSE or MCP.
+timer), reads their environment, reaps idle ones and ends every one exactly once through `discard()`. Tool calls
+are the call pipeline's (`ors_server.calls`), which runs them as tasks of the store and in the episode's lock.
+Nothing here knows about HTTP, SSE or MCP.
 
 User code runs on three thread pools of their own (`Settings.tool_threads`, `discovery_threads`,
 `lifecycle_threads`), so discovery and lifecycle work never queue behind hung tool calls.
 
-Tool timeouts (`Settings.tool_timeout`): an async tool is cancelled. A sync tool cannot be stopped, so its
-caller gets the `timeout` result at the deadline while the thread runs on: it keeps its thread-pool slot and the
-episode's lock until it really ends, and meanwhile every call into that episode is refused at once with
-`session_busy` (reads of the prompt raise `SessionBusy`). Resetting or deleting the session does not wait for it.
+A timed-out sync tool call still running in an episode (see `ors_server.calls`) holds the episode's lock: reads
+of the prompt raise `SessionBusy` meanwhile. Resetting or deleting the session does not wait for it.
 """
 
 from __future__ import annotations
@@ -25,11 +24,9 @@ import functools
 import inspect
 import json
 import logging
-import math
 import re
 import time
-import uuid
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -37,21 +34,11 @@ from typing import Any, Literal
 
 import anyio
 import anyio.abc
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
-from ors_server.codeact import Limits, SandboxUnavailable, ToolCallFailed, run_step, sandbox_mode
-from ors_server.codeact.tool import (
-    EXECUTE_CODE_TOOL,
-    codeact_wanted,
-    observation,
-    tool_specs,
-    tool_value,
-    with_execute_code,
-)
-from ors_server.compose.catalogue import Catalogue, ServerTool
-from ors_server.compose.results import error_text, to_output
-from ors_server.compose.toolbox import Toolbox, ToolServerFailed
-from ors_server.environment import Environment, ToolDef
+from ors_server.compose.catalogue import Catalogue
+from ors_server.compose.toolbox import Toolbox
+from ors_server.environment import Environment
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
@@ -66,12 +53,11 @@ from ors_server.errors import (
     SetupFailed,
     ShuttingDown,
     TaskTooLarge,
-    ToolServerUnavailable,
     WrongEnvironment,
 )
 from ors_server.lazy_event import LazyEvent
 from ors_server.settings import Settings
-from ors_server.types import Blocks, TextBlock, ToolOutput
+from ors_server.types import Blocks
 
 logger = logging.getLogger("ors_server.sessions")
 
@@ -82,6 +68,8 @@ _blocks = TypeAdapter(Blocks)
 
 Pool = Literal["tools", "discovery", "lifecycle"]
 Ending = Literal["deleted", "reaped", "shutdown"]
+EpisodeEnd = Literal["deleted", "reaped", "shutdown", "reset", "setup_failed"]
+"""How an episode ended: its session ended (`Ending`), a reset replaced it, or its setup failed."""
 
 
 class State(enum.Enum):
@@ -90,69 +78,6 @@ class State(enum.Enum):
     SETUP_FAILED = "setup-failed"
     FINISHED = "finished"
     DELETED = "deleted"
-
-
-Reason = Literal[
-    "not_found", "input_validation", "episode_finished", "timeout", "session_busy", "session_ended", "output_too_large"
-]
-
-
-@dataclass(frozen=True)
-class ToolRejected:
-    """A call that did not produce a result, for a reason the client can act on. The tool may not have run."""
-
-    reason: Reason
-    message: str
-
-
-@dataclass(frozen=True)
-class ToolCrashed:
-    """The tool raised, or returned something that is not a `ToolOutput`."""
-
-    message: str
-
-
-CallResult = ToolOutput | ToolRejected | ToolCrashed
-
-
-@dataclass(eq=False, slots=True)
-class ToolCall:
-    """One call into a session, kept after it ends so a client can re-attach to it by id.
-
-    Finished calls are kept for `call_linger` seconds, thousands of them at a high call rate, so a kept call is
-    a few objects (its slots and its result): the garbage collector walks every one of them in each full
-    collection. So the call is its own `LazyEvent` (one object fewer, measurably): the event that wakes waiters
-    is made only if someone waits before the end, and dropped then.
-    """
-
-    id: str
-    name: str
-    episode: Episode
-    result: CallResult | None = None
-    ended_at: float = 0.0
-    size: int = 0
-    """The result's size as `max_replay_chars` counts it."""
-    _ended: anyio.Event | None = field(default=None, init=False, repr=False)
-
-    @property
-    def done(self) -> bool:
-        return self.result is not None
-
-    def end(self, result: CallResult) -> None:
-        self.result = result
-        self.ended_at = time.monotonic()
-        self.size = _result_chars(result)
-        if self._ended is not None:
-            self._ended.set()
-            self._ended = None
-
-    async def wait(self) -> CallResult:
-        if self.result is None:
-            if self._ended is None:
-                self._ended = anyio.Event()
-            await self._ended.wait()
-        assert self.result is not None
-        return self.result
 
 
 @dataclass(eq=False)
@@ -184,7 +109,11 @@ class Episode:
     total_reward: float = 0.0
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
-    calls: dict[str, ToolCall] = field(default_factory=dict)
+    calls: dict[str, Any] = field(default_factory=dict)
+    """Its calls (`ors_server.calls.ToolCall`) by id, running or kept for replay; the store waits for them at
+    shutdown, the call pipeline owns them."""
+    number: int = 0
+    """0 for a session's first episode, then 1, 2, ... for the episodes resets start."""
 
     @property
     def finished(self) -> bool:
@@ -287,10 +216,6 @@ async def run_user_code(function: Callable[..., Any], *args: Any, limiter: anyio
     return result
 
 
-class _Overtime(Exception):
-    """An async tool cancelled at the tool timeout."""
-
-
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -301,20 +226,17 @@ def _construct(session: Session, episode: Episode) -> None:
         episode.env.setup()
 
 
-def _result_chars(result: CallResult) -> int:
-    """About what a finished call's result holds: its blocks' text and image data (and its metadata)."""
-    if not isinstance(result, ToolOutput):
-        return len(result.message)
-    size = sum(len(block.text if block.type == "text" else block.data) for block in result.blocks)
-    if result.metadata:
-        size += len(json.dumps(result.metadata, default=str))
-    return size
+class EpisodeWatcher:
+    """Told of every episode's start and end, with its session (id, environment, task spec, the face that
+    created it: `Session.created_by`). Subclassed by the call pipeline's `Observer`, which sees the calls too.
+    Called on the event loop: return at once."""
 
+    def episode_started(self, session: Session, episode: Episode) -> None:
+        """`episode` has started (`episode.number` 0 with its session, 1, 2, ... with each reset)."""
 
-def _outcome(result: CallResult) -> str:
-    if isinstance(result, ToolOutput):
-        return "ok"
-    return result.reason if isinstance(result, ToolRejected) else "crashed"
+    def episode_ended(self, session: Session, episode: Episode, how: EpisodeEnd) -> None:
+        """`episode` has ended, once, `how`: its session was deleted, reaped or shut down, a reset replaced it,
+        or its setup failed. Its teardown may still be running."""
 
 
 class SessionStore:
@@ -333,26 +255,17 @@ class SessionStore:
             "lifecycle": anyio.CapacityLimiter(settings.lifecycle_threads),
         }
         """Worker threads per kind of work: tool calls; task and split listings; setup, reset, teardown, reads."""
-        self._unbounded = anyio.CapacityLimiter(math.inf)
-        """For tool threads, whose slot in `limiters["tools"]` is held by the call itself."""
         self._closing_since: float | None = None
         self.catalogue = Catalogue()
         """The tools environment classes gain from their MCP tool servers."""
         self.counts: Counter[str] = Counter()
-        """Sessions created, deleted, reaped, shut down and failed setups; tool calls by outcome."""
-        self.overdue_calls = 0
-        """Timed-out sync tool calls whose threads still run."""
-        self.running_calls = 0
-        """Tool calls started and not yet ended, over every session (a worker reports it to its fronts)."""
-        self._replayable: deque[ToolCall] = deque()
-        """Every finished call kept for replay, oldest first."""
-        self.replay_chars = 0
-        """Their sizes summed: kept within `max_replay_chars`."""
+        """Sessions created, deleted, reaped, shut down and failed setups."""
         self.on_end: list[Callable[[Session, str], None]] = []
         """Called with (session, how) when a session ends: 'deleted', 'reaped' or 'shutdown'."""
-        self.on_call: list[Callable[[Session, str, str, float], None]] = []
-        """Called with (session, tool name, outcome, seconds) when a call ends; outcome is 'ok', 'crashed'
-        or a `ToolRejected` reason."""
+        self.watchers: list[EpisodeWatcher] = []
+        """Told of every episode's start and end (the call pipeline's observers: `Calls.observe`)."""
+        self.on_sweep: list[Callable[[], None]] = []
+        """Called at every pass of the reaper (the call pipeline forgets old calls kept for replay)."""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -443,7 +356,8 @@ class SessionStore:
         self._tombstones.pop(session_id, None)
         self._sessions[session_id] = session
         self.counts["created"] += 1
-        self._spawn(self._start, session, session.episode)
+        self._tell("episode_started", session, session.episode)
+        self.spawn(self._start, session, session.episode)
         return session
 
     async def open(
@@ -554,7 +468,8 @@ class SessionStore:
             raise SetupFailed(episode.setup_error or "setup failed")
         return session
 
-    def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
+    def spawn(self, function: Callable[..., Any], *args: Any) -> None:
+        """Run `function(*args)` as a task of the store: it outlives the request that started it."""
         if self._task_group is None:
             raise RuntimeError("the session store is not running: use `async with store.run():`")
         self._task_group.start_soon(function, *args)
@@ -586,7 +501,8 @@ class SessionStore:
             episode.state = State.SETUP_FAILED
             episode.setup_error = session.redact(_describe(exc))
             self.counts["setup_failed"] += 1
-            if not episode.ended:  # an episode ended while it started failed no one
+            if not episode.ended:  # an episode ended while it started failed no one, and was reported ended then
+                self._tell("episode_ended", session, episode, "setup_failed")
                 logger.warning(
                     "setup failed: %s", episode.setup_error, extra={"session_id": session.id, "env": session.env_name}
                 )
@@ -609,9 +525,16 @@ class SessionStore:
         await episode.toolbox.open(self._task_group, timeout)
         await self.catalogue.load(session.env_cls, self._task_group, timeout, episode.toolbox)
 
-    def _end_episode(self, session: Session, episode: Episode) -> bool:
+    async def load_catalogue(self, env_cls: type[Environment]) -> None:
+        """List the tools of `env_cls`'s MCP tool servers, starting them to ask, the first time (boundedly)."""
+        assert self._task_group is not None
+        await self.catalogue.load(env_cls, self._task_group, self.settings.tool_server_start_timeout)
+
+    def _end_episode(self, session: Session, episode: Episode, how: EpisodeEnd) -> bool:
         """Mark an episode ended; returns whether it is ours to tear down now (else `_start` will)."""
         episode.ended = True
+        if episode.state is not State.SETUP_FAILED:  # that was its end, reported then
+            self._tell("episode_ended", session, episode, how)
         episode.ready.set()  # wake requests waiting for its setup: they now see it is gone
         if episode.step is not None:
             episode.step.cancel()  # agent code dies with its session, at once (not at the step's own timeout)
@@ -673,7 +596,7 @@ class SessionStore:
         session.deleted = True
         self.counts[how] += 1
         episode = session.episode
-        if self._end_episode(session, episode):
+        if self._end_episode(session, episode, how):
             await self._finish(session, episode)
         for listener in self.on_end:
             listener(session, how)
@@ -699,7 +622,8 @@ class SessionStore:
             for s in self._sessions.values()
             if s.last_active < deadline and s.running_calls == s.overdue_calls  # a hung thread is not activity
         ]
-        self._forget_replays()
+        for sweep in self.on_sweep:
+            sweep()
         for session_id in idle:
             await self.discard(session_id, "reaped")
         return len(idle)
@@ -724,15 +648,16 @@ class SessionStore:
                 if session.deleted:
                     return
                 session.seed, session.config, session.task_spec = seed, config, task_spec
-            old, new = session.episode, Episode()
+            old, new = session.episode, Episode(number=session.episode.number + 1)
             session.episode = new
             session.episodes += 1
-            if self._end_episode(session, old):
+            self._tell("episode_started", session, new)
+            if self._end_episode(session, old, "reset"):
                 if old.lock.locked():
-                    self._spawn(self._finish, session, old)  # after its running call, without waiting here
+                    self.spawn(self._finish, session, old)  # after its running call, without waiting here
                 else:
                     await self._finish(session, old)
-            self._spawn(self._start, session, new)
+            self.spawn(self._start, session, new)
             await new.ready.wait()
         session.touch()
 
@@ -752,7 +677,7 @@ class SessionStore:
         gone raises SessionDeleted, one without a built environment SessionStarting, one whose timed-out call
         still runs SessionBusy, and a method that raises (or returns the wrong thing) ReadFailed."""
         episode = session.episode
-        if not await self._acquire(episode):
+        if not await self.acquire(episode):
             raise SessionBusy()
         try:
             if session.deleted:
@@ -770,7 +695,7 @@ class SessionStore:
             episode.lock.release()
         return value
 
-    async def _acquire(self, episode: Episode) -> bool:
+    async def acquire(self, episode: Episode) -> bool:
         """Take the episode's lock; False, at once, while a timed-out call still runs in it (also if that
         happens while waiting), or if the episode ends while waiting."""
         if episode.overdue:
@@ -788,371 +713,10 @@ class SessionStore:
                 episode.waiting.discard(scope)
         return not scope.cancelled_caught
 
-    # The tools a client sees, and the call pipeline.
-
-    def codeact(self, session: Session) -> bool:
-        """Whether `session` offers `execute_code`: its task spec's or binding config's `"codeact"`, else
-        the server's `--codeact`."""
-        return codeact_wanted(self.settings.codeact, session.task_spec, session.config)
-
-    async def tools(self, env_cls: type[Environment], session: Session | None = None) -> list[ToolDef]:
-        """The tools of `session` (or, without one, of a new session of `env_cls`), as every face lists them:
-        the environment's own, those of its MCP tool servers, and `execute_code` when CodeAct is on.
-
-        Listing a composed environment's tools for the first time starts its servers to ask them (boundedly);
-        raises ToolServerUnavailable if they do not answer."""
-        if env_cls.mcp_servers:
-            assert self._task_group is not None
+    def _tell(self, event: str, *args: Any) -> None:
+        """Tell every watcher of an episode's start or end; a watcher that fails is logged, never raised."""
+        for watcher in self.watchers:
             try:
-                await self.catalogue.load(env_cls, self._task_group, self.settings.tool_server_start_timeout)
-            except ToolServerFailed as exc:
-                raise ToolServerUnavailable(str(exc)) from None
-        return self._tools(env_cls, session)
-
-    def _tools(self, env_cls: type[Environment], session: Session | None) -> list[ToolDef]:
-        tools = [*env_cls.tools.values(), *self.catalogue.cached(env_cls)]
-        on = self.codeact(session) if session is not None else self.settings.codeact
-        return with_execute_code(tools) if on else tools
-
-    def has_tool(self, session: Session, name: str) -> bool:
-        """Whether `name` is a tool of `session` (its environment's own or a composed one)."""
-        return name in session.env_cls.tools or any(t.name == name for t in self.catalogue.cached(session.env_cls))
-
-    def _tool(self, session: Session, name: str) -> ToolDef | None:
-        """The tool `name` of a session (whose composed tools were listed when its episode was set up): the same
-        answer as a lookup in `_tools`, without building the list on every call."""
-        if name == EXECUTE_CODE_TOOL.name and self.codeact(session):
-            return EXECUTE_CODE_TOOL
-        own = session.env_cls.tools.get(name)
-        if own is not None:
-            return own
-        return next((t for t in self.catalogue.cached(session.env_cls) if t.name == name), None)
-
-    def start_call(self, session: Session, name: str, arguments: Any) -> ToolCall:
-        """Start a tool call in the background and return its handle (the call survives client disconnects)."""
-        episode = session.episode
-        call = ToolCall(uuid.uuid4().hex, name, episode)
-        episode.calls[call.id] = call
-        session.running_calls += 1
-        self.running_calls += 1
-        session.touch()
-        self._spawn(self._run_call, session, episode, call, arguments)
-        return call
-
-    async def call(self, session: Session, name: str, arguments: Any) -> CallResult:
-        return await self.start_call(session, name, arguments).wait()
-
-    def find_call(self, session: Session, call_id: str) -> ToolCall | None:
-        self._forget_replays()  # every publish forgets too, but a lookup must not see past the linger in a lull
-        return session.episode.calls.get(call_id)
-
-    async def _run_call(self, session: Session, episode: Episode, call: ToolCall, arguments: Any) -> None:
-        result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
-        started = time.monotonic()
-        try:
-            if not await self._acquire(episode):
-                result = self._busy(call.name) if episode.overdue else self._ended(call.name)
-            else:
-                try:
-                    result = await self._invoke(session, episode, call.name, arguments, call, started)
-                    if call.done:
-                        pass  # answered `timeout` already; what the overdue thread returned is dropped
-                    elif isinstance(result, ToolOutput) and self._tool(session, call.name) is EXECUTE_CODE_TOOL:
-                        self._record_step(episode, result)
-                    else:
-                        self._record(episode, result)
-                finally:
-                    episode.lock.release()
-        finally:
-            session.running_calls -= 1
-            self.running_calls -= 1
-            session.touch()
-            if not call.done:
-                self._publish(session, call, result, started)
-
-    def _publish(self, session: Session, call: ToolCall, result: CallResult, started: float) -> None:
-        if isinstance(result, ToolRejected):
-            # Refusals name the tool the client asked for, which may be any string (a secret value too).
-            result = ToolRejected(result.reason, session.redact(result.message))
-        call.end(result)
-        self._replayable.append(call)
-        self.replay_chars += call.size
-        self._forget_replays()
-        self._count(session, call.name, result, call.ended_at - started)
-
-    def _forget_replays(self) -> None:
-        """Forget finished calls past the linger, and the oldest past the global budget (`max_replay_chars`):
-        results kept for replay are bounded in total, whatever the number of sessions and clients."""
-        horizon = time.monotonic() - self.settings.call_linger
-        replayable = self._replayable
-        while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0].ended_at < horizon):
-            call = replayable.popleft()
-            self.replay_chars -= call.size
-            if call.episode.calls.get(call.id) is call:
-                del call.episode.calls[call.id]  # a waiter holding the call still gets its result
-
-    def _count(self, session: Session, name: str, result: CallResult, seconds: float) -> None:
-        outcome = _outcome(result)
-        self.counts["calls_" + outcome] += 1
-        for listener in self.on_call:
-            listener(session, name, outcome, seconds)
-
-    @staticmethod
-    def _busy(name: str) -> ToolRejected:
-        return ToolRejected(
-            "session_busy",
-            f"'{name}' was not run: an earlier call in this session timed out and is still running; "
-            "try again when it ends, or reset or delete the session.",
-        )
-
-    @staticmethod
-    def _ended(name: str) -> ToolRejected:
-        return ToolRejected("session_ended", f"'{name}' was not run: the episode has ended.")
-
-    async def _invoke(
-        self,
-        session: Session,
-        episode: Episode,
-        name: str,
-        arguments: Any,
-        call: ToolCall | None = None,
-        started: float = 0.0,
-    ) -> CallResult:
-        """Validate and run one tool call in the episode, whose lock the caller holds. `call` is the face's call
-        (None for a tool called from a CodeAct step, which its step's own timeout bounds)."""
-        if session.deleted or episode.ended:
-            return self._ended(name)
-        if episode.finished:
-            return ToolRejected(
-                "episode_finished",
-                f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
-                "so no further tool calls are accepted.",
-            )
-        tool = self._tool(session, name)
-        if tool is None:
-            return ToolRejected("not_found", f"'{name}' is not a valid tool")
-        if isinstance(tool, ServerTool):
-            return await self._call_server(session, episode, tool, arguments, call)
-        args: tuple[Any, ...] = ()
-        if tool.input_model is not None:
-            try:
-                args = (tool.input_model.model_validate(arguments if arguments is not None else {}),)
-            except ValidationError as exc:
-                # Without the input: it may hold what the agent typed, secrets included.
-                errors = exc.errors(include_url=False, include_context=False, include_input=False)
-                return ToolRejected("input_validation", session.redact(f"Tool input validation error: {errors}"))
-        elif arguments:
-            return ToolRejected("input_validation", f"Tool input validation error: '{name}' takes no arguments")
-        if episode.env is None:
-            return ToolRejected("session_ended", f"'{name}' was not run: the session has no live environment.")
-        if tool is EXECUTE_CODE_TOOL:
-            return await self._execute_code(session, episode, args[0].code)
-        try:
-            output = await self._run_tool(session, episode, call, tool, episode.env, args, started)
-        except _Overtime:
-            return self._timed_out(name)
-        except Exception as exc:
-            return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
-        if not isinstance(output, ToolOutput):
-            return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
-        return self._bounded(name, output)
-
-    def _bounded(self, name: str, output: ToolOutput) -> CallResult:
-        """`output`, or `output_too_large` past `max_output_chars`."""
-        # The limit counts characters of the blocks' content (text, and base64 image data), not of the JSON.
-        size = sum(len(block.text if block.type == "text" else block.data) for block in output.blocks)
-        if size > self.settings.max_output_chars:
-            return ToolRejected(
-                "output_too_large",
-                f"'{name}' returned {size} characters, more than the limit of {self.settings.max_output_chars}",
-            )
-        return output
-
-    async def _call_server(
-        self, session: Session, episode: Episode, tool: ServerTool, arguments: Any, call: ToolCall | None
-    ) -> CallResult:
-        """Call a composed tool through the episode's connection to its server. Its input is checked against the
-        server's schema first; a server that fails or hangs fails this call only (`tool_server_timeout`)."""
-        arguments = {} if arguments is None else arguments
-        if not isinstance(arguments, dict):
-            return ToolRejected("input_validation", f"Tool input validation error: '{tool.name}' takes an object")
-        problem = tool.input_error(arguments)
-        if problem is not None:
-            return ToolRejected("input_validation", session.redact(f"Tool input validation error: {problem}"))
-        if episode.env is None or episode.toolbox is None:
-            return ToolRejected("session_ended", f"'{tool.name}' was not run: the session has no live environment.")
-        timeout = self.settings.tool_server_timeout
-        if call is not None and self.settings.tool_timeout is not None:
-            timeout = min(timeout, self.settings.tool_timeout)
-        try:
-            result = await episode.toolbox.call(tool.server, tool.remote, arguments, timeout)
-        except TimeoutError:
-            return ToolRejected("timeout", f"'{tool.name}' did not finish within {timeout:g} s and was abandoned")
-        except ToolServerFailed as exc:
-            return ToolCrashed(session.redact(str(exc)))
-        if result.is_error:
-            return ToolCrashed(session.redact(error_text(result)))
-        return self._bounded(tool.name, to_output(result))
-
-    def _timed_out(self, name: str) -> ToolRejected:
-        timeout = self.settings.tool_timeout
-        return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
-
-    async def _run_tool(
-        self,
-        session: Session,
-        episode: Episode,
-        call: ToolCall | None,
-        tool: ToolDef,
-        env: Environment,
-        args: tuple[Any, ...],
-        started: float,
-    ) -> Any:
-        """Run the tool: async code awaited (and cancelled at the timeout), sync code on the tool threads. A sync
-        tool past the timeout is answered `timeout` at once but keeps its thread, its pool slot and the episode's
-        lock until it really returns (`Episode.overdue` meanwhile). Async code past the timeout raises _Overtime."""
-        timeout = self.settings.tool_timeout if call is not None else None
-        if inspect.iscoroutinefunction(tool.function):
-            if timeout is None:  # no cancel scope on the hot path
-                return await tool.function(env, *args)
-            with anyio.move_on_after(timeout):
-                return await tool.function(env, *args)
-            raise _Overtime()
-        work = functools.partial(tool.function, env, *args)
-        limiter = self.limiters["tools"]
-        if timeout is None:
-            # No timeout: anyio holds the slot for as long as it waits for the thread, which is until it returns
-            # (only a cancellation at shutdown abandons it).
-            output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=limiter)
-        else:
-            # The slot is taken here and given back only when the thread has returned, even past the timeout, so
-            # hung tools can hold at most `tool_threads` threads.
-            slot, acquired = object(), False
-            deadline = anyio.current_time() + timeout  # the timeout counts the wait for a thread too
-            with anyio.move_on_after(timeout):
-                await limiter.acquire_on_behalf_of(slot)
-                acquired = True
-            if not acquired:
-                raise _Overtime()  # no tool thread came free in time: the tool did not run
-            try:
-                async with anyio.create_task_group() as watch:
-                    assert call is not None
-                    watch.start_soon(self._watch, session, episode, call, started, deadline)
-                    try:
-                        output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
-                    finally:
-                        watch.cancel_scope.cancel()
-            finally:
-                limiter.release_on_behalf_of(slot)
-        if call is not None and call.done:  # answered `timeout` already: the overdue thread ending
-            episode.overdue -= 1
-            session.overdue_calls -= 1
-            self.overdue_calls -= 1
-            logger.warning(
-                "overdue call of '%s' ended after %.1f s",
-                call.name,
-                time.monotonic() - started,
-                extra={"session_id": session.id},
-            )
-        if inspect.isawaitable(output):
-            with anyio.move_on_after(timeout):
-                return await output
-            raise _Overtime()
-        return output
-
-    async def _watch(self, session: Session, episode: Episode, call: ToolCall, started: float, deadline: float) -> None:
-        timeout = self.settings.tool_timeout
-        await anyio.sleep_until(deadline)
-        episode.overdue += 1
-        session.overdue_calls += 1
-        self.overdue_calls += 1
-        self.counts["overdue"] += 1
-        logger.warning(
-            "'%s' exceeded tool_timeout (%g s): answered 'timeout'; its thread keeps its slot and the session "
-            "refuses calls until it ends",
-            call.name,
-            timeout,
-            extra={"session_id": session.id},
-        )
-        for waiter in list(episode.waiting or ()):
-            waiter.cancel()  # calls queued behind it are refused (session_busy) rather than left waiting
-        self._publish(session, call, self._timed_out(call.name), started)
-
-    async def _execute_code(self, session: Session, episode: Episode, code: str) -> CallResult:
-        """One CodeAct step. It runs inside the episode lock its call holds, so the code's tool calls go
-        straight into `_invoke` (taking the lock again would deadlock): each is validated, run, counted and
-        recorded like a call from a face. The step's reward is the sum of theirs; it finished the episode if
-        one of them did. A step that failed before any tool call succeeded is a crash (nothing to report);
-        after one, its observation carries the error along with the rewards earned."""
-        reward, finished, truncated, succeeded = 0.0, False, False, 0
-
-        async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
-            nonlocal reward, finished, truncated, succeeded
-            if name == EXECUTE_CODE_TOOL.name:
-                raise ToolCallFailed("execute_code cannot be called from inside code")
-            started = time.monotonic()
-            result = await self._invoke(session, episode, name, arguments)
-            self._record(episode, result)
-            self._count(session, name, result, time.monotonic() - started)
-            if not isinstance(result, ToolOutput):
-                raise ToolCallFailed(result.message)
-            succeeded += 1
-            reward += float(result.reward or 0.0)
-            finished, truncated = finished or result.finished, truncated or result.truncated
-            return tool_value(result)
-
-        settings = self.settings
-        timeout = settings.codeact_timeout
-        if settings.tool_timeout is not None:
-            timeout = min(timeout, settings.tool_timeout)
-        limits = Limits(
-            timeout=timeout,
-            memory_bytes=settings.codeact_memory_bytes,
-            processes=settings.codeact_max_threads,
-            tmp_bytes=settings.codeact_disk_bytes,
-            output_chars=min(settings.codeact_output_chars, settings.max_output_chars),
-        )
-        tools = tool_specs(self._tools(session.env_cls, session))
-        with anyio.CancelScope() as scope:
-            episode.step = scope
-            try:
-                sandbox = sandbox_mode(settings.codeact_sandbox)
-                step = await run_step(code, tools, call_tool, limits=limits, sandbox=sandbox)
-            except (SandboxUnavailable, OSError) as exc:
-                return ToolCrashed(f"execute_code could not start: {exc}")
-            finally:
-                episode.step = None
-        if scope.cancelled_caught:
-            return self._ended(EXECUTE_CODE_TOOL.name)
-        if step.stderr:
-            logger.debug("execute_code stderr: %s", session.redact(step.stderr), extra={"session_id": session.id})
-        text = session.redact(observation(step))
-        if step.error is not None and not succeeded:
-            return ToolCrashed(text)
-        return ToolOutput(
-            blocks=[TextBlock(text=text)],
-            metadata={"tool_calls": step.tool_calls},
-            reward=reward,
-            finished=finished,
-            truncated=truncated,
-        )
-
-    def _record_step(self, episode: Episode, step: ToolOutput) -> None:
-        """Record a CodeAct step: its tool calls were counted and recorded one by one already, so the step
-        only sets what a client reads as "the last reward" (their sum) and the info."""
-        episode.last_reward = float(step.reward or 0.0)
-        episode.info = dict(step.metadata or {})
-
-    def _record(self, episode: Episode, result: CallResult) -> None:
-        if not isinstance(result, ToolOutput):
-            # A failed call earns nothing, so a client reading "the last reward" does not count one twice.
-            if not (isinstance(result, ToolRejected) and result.reason == "episode_finished"):
-                episode.last_reward = 0.0
-            return
-        episode.step_count += 1
-        episode.last_reward = float(result.reward or 0.0)
-        episode.total_reward += episode.last_reward
-        episode.info = dict(result.metadata or {})
-        if result.finished:
-            episode.state = State.FINISHED
-            episode.truncated = result.truncated
+                getattr(watcher, event)(*args)
+            except Exception:
+                logger.exception("an episode watcher failed on %s", event)

@@ -14,6 +14,7 @@ import anyio.lowlevel
 import pytest
 
 from ors_server import ToolOutput
+from ors_server.calls import ToolCrashed, ToolRejected
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
@@ -28,7 +29,7 @@ from ors_server.errors import (
     ShuttingDown,
     WrongEnvironment,
 )
-from ors_server.sessions import SessionStore, State, ToolCrashed, ToolRejected
+from ors_server.sessions import SessionStore, State
 from ors_server.settings import Settings
 from tests.ors_envs import (
     FailingSetup,
@@ -44,6 +45,7 @@ from tests.ors_envs import (
     new_tag,
     secrets_seen,
 )
+from tests.pipeline import StoreWithCalls
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +77,7 @@ async def ready(store: SessionStore, sid: str, env_cls=MathLike, task_spec=None,
 
 @pytest.mark.parametrize("sid", ["a", "A-b_c.d:e", "0" * 128, "fb6dd37b-14f2-4146-97df-3a637e379c55"])
 async def test_valid_session_ids_are_accepted(sid: str) -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         store.create(sid, MathLike, math_task())
         assert sid in store
@@ -83,7 +85,7 @@ async def test_valid_session_ids_are_accepted(sid: str) -> None:
 
 @pytest.mark.parametrize("sid", ["", "0" * 129, "a b", "a/b", "séssion", "a\tb", "x" * 10_240])
 async def test_invalid_session_ids_are_refused(sid: str) -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         with pytest.raises(InvalidSessionId):
             store.create(sid, MathLike, math_task())
@@ -91,7 +93,7 @@ async def test_invalid_session_ids_are_refused(sid: str) -> None:
 
 
 async def test_creating_an_existing_session_id_raises_session_exists() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         store.create("dup", MathLike, math_task())
         with pytest.raises(SessionExists):
@@ -100,7 +102,7 @@ async def test_creating_an_existing_session_id_raises_session_exists() -> None:
 
 
 async def test_creating_beyond_max_sessions_raises_capacity_reached() -> None:
-    store = SessionStore(settings(max_sessions=2))
+    store = StoreWithCalls(settings(max_sessions=2))
     async with store.run():
         store.create("one", MathLike, math_task())
         store.create("two", MathLike, math_task())
@@ -114,14 +116,14 @@ async def test_creating_beyond_max_sessions_raises_capacity_reached() -> None:
 
 
 async def test_an_unknown_session_raises_session_not_found() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         with pytest.raises(SessionNotFound):
             store.get("nobody")
 
 
 async def test_a_deleted_session_raises_session_deleted_and_a_reaped_one_session_expired() -> None:
-    store = SessionStore(settings(session_timeout=90))
+    store = StoreWithCalls(settings(session_timeout=90))
     async with store.run():
         await ready(store, "deleted")
         await ready(store, "reaped")
@@ -156,7 +158,7 @@ async def test_each_reaped_session_is_logged_once_at_info(caplog: pytest.LogCapt
 
 
 async def test_a_deleted_session_id_can_be_created_again() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         await ready(store, "again")
         await store.discard("again")
@@ -165,7 +167,7 @@ async def test_a_deleted_session_id_can_be_created_again() -> None:
 
 
 async def test_tombstones_are_bounded_and_the_oldest_forgotten_answers_not_found() -> None:
-    store = SessionStore(settings(tombstones=2))
+    store = StoreWithCalls(settings(tombstones=2))
     async with store.run():
         for sid, how in (("s1", "reaped"), ("s2", "deleted"), ("s3", "reaped")):
             store.create(sid, MathLike, math_task())
@@ -179,7 +181,7 @@ async def test_tombstones_are_bounded_and_the_oldest_forgotten_answers_not_found
 
 
 async def test_getting_a_session_through_another_environment_raises_wrong_environment() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         await ready(store, "mine")
         with pytest.raises(WrongEnvironment):
@@ -188,7 +190,7 @@ async def test_getting_a_session_through_another_environment_raises_wrong_enviro
 
 
 async def test_get_refreshes_the_idle_timer() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "touched")
         session.last_active -= 100
@@ -202,7 +204,7 @@ async def test_get_refreshes_the_idle_timer() -> None:
 
 async def test_create_returns_before_setup_and_builds_the_env_with_task_spec_and_secrets() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = store.create("s", SlowSetup, {"tag": tag}, {"KEY": "value"})
         assert session.state is State.SETTING_UP
@@ -218,7 +220,7 @@ async def test_create_returns_before_setup_and_builds_the_env_with_task_spec_and
 
 async def test_get_ready_raises_session_starting_after_ready_wait_while_setup_runs() -> None:
     tag = new_tag()
-    store = SessionStore(settings(ready_wait=0.2))
+    store = StoreWithCalls(settings(ready_wait=0.2))
     try:
         async with store.run():
             store.create("slow", SlowSetup, {"tag": tag})
@@ -238,7 +240,7 @@ async def test_get_ready_raises_session_starting_after_ready_wait_while_setup_ru
 
 async def test_get_ready_raises_setup_failed_with_the_exception_type_and_text() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         store.create("fails", FailingSetup, {"tag": tag})
         with anyio.fail_after(5), pytest.raises(SetupFailed) as info:
@@ -249,7 +251,7 @@ async def test_get_ready_raises_setup_failed_with_the_exception_type_and_text() 
 
 async def test_a_setup_error_has_secret_values_redacted() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         store.create("fails", FailingSetup, {"tag": tag}, {"TOKEN": "tok-very-secret"})
         with anyio.fail_after(5), pytest.raises(SetupFailed) as info:
@@ -260,7 +262,7 @@ async def test_a_setup_error_has_secret_values_redacted() -> None:
 
 async def test_deleting_a_session_while_a_request_waits_for_setup_raises_session_deleted() -> None:
     tag = new_tag()
-    store = SessionStore(settings(ready_wait=5.0))
+    store = StoreWithCalls(settings(ready_wait=5.0))
     outcome: list[BaseException] = []
 
     async def wait_ready() -> None:
@@ -287,7 +289,7 @@ async def test_deleting_a_session_while_a_request_waits_for_setup_raises_session
 
 async def test_a_successful_call_records_reward_finished_and_step_count() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s", task_spec=math_task(0, tag))
         result = await store.call(session, "noargs", {})
@@ -301,7 +303,7 @@ async def test_a_successful_call_records_reward_finished_and_step_count() -> Non
 
 
 async def test_an_unknown_tool_is_rejected_as_not_found() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s")
         result = await store.call(session, "nosuch", {})
@@ -317,7 +319,7 @@ async def test_invalid_input_is_rejected_as_input_validation_and_the_tool_does_n
     name: str, arguments: object
 ) -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s", task_spec=math_task(0, tag))
         result = await store.call(session, name, arguments)
@@ -328,7 +330,7 @@ async def test_invalid_input_is_rejected_as_input_validation_and_the_tool_does_n
 
 async def test_calls_after_the_episode_finished_are_rejected_and_not_run() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s", task_spec=math_task(0, tag))
         await store.call(session, "submit", {"answer": "wrong"})
@@ -340,7 +342,7 @@ async def test_calls_after_the_episode_finished_are_rejected_and_not_run() -> No
 
 
 async def test_a_raising_tool_yields_tool_crashed_with_the_exception_text_and_the_session_lives_on() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s")
         result = await store.call(session, "boom", {})
@@ -349,7 +351,7 @@ async def test_a_raising_tool_yields_tool_crashed_with_the_exception_text_and_th
 
 
 async def test_a_tool_returning_something_else_than_tool_output_yields_tool_crashed() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s")
         result = await store.call(session, "not_output", {})
@@ -357,7 +359,7 @@ async def test_a_tool_returning_something_else_than_tool_output_yields_tool_cras
 
 
 async def test_a_tool_error_has_secret_values_redacted() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s", secrets={"A": "alpha-secret-1", "B": "beta-secret-2"})
         result = await store.call(session, "leak", {})
@@ -368,7 +370,7 @@ async def test_a_tool_error_has_secret_values_redacted() -> None:
 
 
 async def test_a_tool_slower_than_tool_timeout_is_rejected_as_timeout() -> None:
-    store = SessionStore(settings(tool_timeout=0.1))
+    store = StoreWithCalls(settings(tool_timeout=0.1))
     async with store.run():
         session = await ready(store, "s")
         with anyio.fail_after(5):
@@ -378,7 +380,7 @@ async def test_a_tool_slower_than_tool_timeout_is_rejected_as_timeout() -> None:
 
 async def test_sync_tools_run_off_the_event_loop() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     try:
         async with store.run():
             session = await ready(store, "s", task_spec=math_task(0, tag))
@@ -395,7 +397,7 @@ async def test_sync_tools_run_off_the_event_loop() -> None:
 
 async def test_calls_into_one_session_are_serialised() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s", task_spec=math_task(0, tag))
         with anyio.fail_after(5):
@@ -408,7 +410,7 @@ async def test_calls_into_one_session_are_serialised() -> None:
 
 async def test_calls_into_different_sessions_run_concurrently() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         first = await ready(store, "first", task_spec=math_task(0, tag))
         second = await ready(store, "second", task_spec=math_task(0, tag))
@@ -425,7 +427,7 @@ async def test_calls_into_different_sessions_run_concurrently() -> None:
 
 
 async def test_a_finished_call_can_be_found_by_id_until_call_linger_passes() -> None:
-    store = SessionStore(settings(call_linger=0.2))
+    store = StoreWithCalls(settings(call_linger=0.2))
     async with store.run():
         session = await ready(store, "s")
         running = store.start_call(session, "noargs", {})
@@ -440,7 +442,7 @@ async def test_a_finished_call_can_be_found_by_id_until_call_linger_passes() -> 
 async def test_a_finished_call_kept_for_replay_holds_few_objects_for_the_garbage_collector() -> None:
     # Thousands of finished calls linger at a high call rate, and every full collection walks each of their
     # objects: a kept call is its slots and its result (it used to carry two events and a deque as well).
-    store = SessionStore(settings(call_linger=60.0))
+    store = StoreWithCalls(settings(call_linger=60.0))
     async with store.run():
         session = await ready(store, "s")
         for _ in range(50):  # warm: the first calls create caches of their own
@@ -457,7 +459,7 @@ async def test_a_finished_call_kept_for_replay_holds_few_objects_for_the_garbage
 
 
 async def test_a_call_id_is_scoped_to_its_session() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         first = await ready(store, "first")
         second = await ready(store, "second")
@@ -471,7 +473,7 @@ async def test_a_call_id_is_scoped_to_its_session() -> None:
 
 async def test_discard_forgets_the_session_before_teardown_and_tears_down_exactly_once() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         await ready(store, "s", task_spec=math_task(0, tag))
         async with anyio.create_task_group() as tg:
@@ -485,7 +487,7 @@ async def test_discard_forgets_the_session_before_teardown_and_tears_down_exactl
 
 async def test_teardown_completes_even_when_the_discarding_caller_is_cancelled() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         await ready(store, "s", task_spec=math_task(0, tag))
         with anyio.CancelScope() as scope:
@@ -497,7 +499,7 @@ async def test_teardown_completes_even_when_the_discarding_caller_is_cancelled()
 
 async def test_discarding_a_session_with_failed_setup_still_tears_it_down_once() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         store.create("fails", FailingSetup, {"tag": tag})
         with anyio.fail_after(5), pytest.raises(SetupFailed):
@@ -508,7 +510,7 @@ async def test_discarding_a_session_with_failed_setup_still_tears_it_down_once()
 
 async def test_discarding_a_session_whose_setup_is_still_running_does_not_wait_for_setup() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     try:
         async with store.run():
             store.create("slow", SlowSetup, {"tag": tag})
@@ -522,7 +524,7 @@ async def test_discarding_a_session_whose_setup_is_still_running_does_not_wait_f
 
 async def test_a_session_discarded_right_after_create_tears_down_every_environment_it_built() -> None:
     tags = [new_tag() for _ in range(40)]
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         for i, tag in enumerate(tags):
             store.create(tag, MathLike, math_task(0, tag))
@@ -537,7 +539,7 @@ async def test_a_session_discarded_right_after_create_tears_down_every_environme
 
 async def test_teardown_of_a_session_discarded_during_setup_runs_after_setup_ends() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     try:
         async with store.run():
             store.create("slow", SlowSetup, {"tag": tag})
@@ -552,7 +554,7 @@ async def test_teardown_of_a_session_discarded_during_setup_runs_after_setup_end
 
 
 async def test_end_listeners_hear_how_each_session_ended() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     heard: list[tuple[str, str]] = []
     store.on_end.append(lambda session, how: heard.append((session.id, how)))
     async with store.run():
@@ -568,7 +570,7 @@ async def test_end_listeners_hear_how_each_session_ended() -> None:
 
 async def test_reap_discards_idle_sessions_only() -> None:
     idle_tag, busy_tag = new_tag(), new_tag()
-    store = SessionStore(settings(session_timeout=60))
+    store = StoreWithCalls(settings(session_timeout=60))
     async with store.run():
         idle = await ready(store, "idle", task_spec=math_task(0, idle_tag))
         await ready(store, "busy", task_spec=math_task(0, busy_tag))
@@ -582,7 +584,7 @@ async def test_reap_discards_idle_sessions_only() -> None:
 
 async def test_reap_spares_a_session_whose_call_is_still_running() -> None:
     tag = new_tag()
-    store = SessionStore(settings(session_timeout=60))
+    store = StoreWithCalls(settings(session_timeout=60))
     try:
         async with store.run():
             session = await ready(store, "s", task_spec=math_task(0, tag))
@@ -599,7 +601,7 @@ async def test_reap_spares_a_session_whose_call_is_still_running() -> None:
 
 async def test_reap_ends_an_idle_session_whose_only_running_call_timed_out() -> None:
     tag = new_tag()
-    store = SessionStore(settings(session_timeout=60, tool_timeout=0.2))
+    store = StoreWithCalls(settings(session_timeout=60, tool_timeout=0.2))
     try:
         async with store.run():
             session = await ready(store, "s", task_spec=math_task(0, tag))
@@ -616,7 +618,7 @@ async def test_reap_ends_an_idle_session_whose_only_running_call_timed_out() -> 
 
 async def test_a_sync_tool_past_tool_timeout_keeps_the_episode_busy_until_its_thread_returns() -> None:
     tag = new_tag()
-    store = SessionStore(settings(tool_timeout=0.5))
+    store = StoreWithCalls(settings(tool_timeout=0.5))
     try:
         async with store.run():
             session = await ready(store, "s", task_spec=math_task(0, tag))
@@ -645,7 +647,7 @@ async def test_a_sync_tool_past_tool_timeout_keeps_the_episode_busy_until_its_th
 
 async def test_the_background_reaper_tears_down_an_idle_session_while_a_touched_one_survives() -> None:
     idle_tag, kept_tag = new_tag(), new_tag()
-    store = SessionStore(settings(session_timeout=0.4))
+    store = StoreWithCalls(settings(session_timeout=0.4))
     async with store.run():
         await ready(store, "idle", task_spec=math_task(0, idle_tag))
         await ready(store, "kept", task_spec=math_task(0, kept_tag))
@@ -659,7 +661,7 @@ async def test_the_background_reaper_tears_down_an_idle_session_while_a_touched_
 
 async def test_shutdown_tears_down_every_session_once_and_refuses_new_ones() -> None:
     tags = [new_tag() for _ in range(5)]
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         for i, tag in enumerate(tags):
             await ready(store, f"s{i}", task_spec=math_task(0, tag))
@@ -672,7 +674,7 @@ async def test_shutdown_tears_down_every_session_once_and_refuses_new_ones() -> 
 
 async def test_shutdown_lets_a_running_call_finish_within_the_grace_period() -> None:
     tag = new_tag()
-    store = SessionStore(settings(shutdown_grace=5.0))
+    store = StoreWithCalls(settings(shutdown_grace=5.0))
     results: list[object] = []
     async with store.run():
         session = await ready(store, "s", task_spec=math_task(0, tag))
@@ -683,7 +685,7 @@ async def test_shutdown_lets_a_running_call_finish_within_the_grace_period() -> 
 
 
 async def test_a_thousand_sessions_created_and_discarded_leave_the_store_empty() -> None:
-    store = SessionStore(settings(ready_wait=10))  # a thousand setups queue for worker threads
+    store = StoreWithCalls(settings(ready_wait=10))  # a thousand setups queue for worker threads
     async with store.run():
         for i in range(1000):
             store.create(f"s{i}", OtherEnv, {"start": i})
@@ -699,7 +701,7 @@ async def test_a_thousand_sessions_created_and_discarded_leave_the_store_empty()
 async def test_an_idle_session_is_light_the_events_and_locks_nobody_waits_on_are_not_made() -> None:
     # Servers hold tens of thousands of idle sessions. An anyio.Event or Lock is ~700 bytes; a session used to
     # hold four (setup ended, session ended, episode lock, reset lock): ~5.4 KB a session, now ~2.8 KB.
-    store = SessionStore(settings(ready_wait=10))
+    store = StoreWithCalls(settings(ready_wait=10))
     async with store.run():
         for i in range(50):  # warm: first uses fill caches of their own
             await ready(store, f"warm{i}", OtherEnv, {"start": i})
@@ -721,7 +723,7 @@ async def test_an_idle_session_is_light_the_events_and_locks_nobody_waits_on_are
 
 
 async def test_using_the_store_before_it_runs_is_a_clear_error() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     with pytest.raises(RuntimeError, match="store.run"):
         store.create("s", MathLike, math_task())
 
@@ -731,7 +733,7 @@ async def test_using_the_store_before_it_runs_is_a_clear_error() -> None:
 
 async def test_reset_tears_down_the_old_episode_and_starts_a_fresh_one() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s", task_spec=math_task(0, tag))
         await store.call(session, "submit", {"answer": "4"})
@@ -746,7 +748,7 @@ async def test_reset_tears_down_the_old_episode_and_starts_a_fresh_one() -> None
 
 async def test_reset_with_a_config_takes_the_new_task_and_a_bad_one_keeps_the_episode() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session = await ready(store, "s", task_spec=math_task(0, tag))
         await store.reset(session, seed=None, config={"split": "test", "index": 0})
@@ -764,7 +766,7 @@ async def test_reset_with_a_config_takes_the_new_task_and_a_bad_one_keeps_the_ep
 
 
 async def test_open_creates_an_unknown_session_from_task_from_seed_and_then_attaches_to_it() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session, created = await store.open("row-1", MathLike, seed=1, config={"index": 0}, created_by="control")
         assert created and session.created_by == "control" and session.task_spec == MathLike.get_task("train", 0)
@@ -773,7 +775,7 @@ async def test_open_creates_an_unknown_session_from_task_from_seed_and_then_atta
 
 
 async def test_concurrent_opens_of_one_new_id_get_one_session() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     opened = []
     async with store.run():
 
@@ -789,7 +791,7 @@ async def test_concurrent_opens_of_one_new_id_get_one_session() -> None:
 
 
 async def test_open_refuses_a_live_session_of_another_environment_unless_any_env() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         await store.open("s", OtherEnv, config={}, created_by="ors")
         with pytest.raises(WrongEnvironment):
@@ -799,7 +801,7 @@ async def test_open_refuses_a_live_session_of_another_environment_unless_any_env
 
 
 async def test_a_failing_task_from_seed_is_an_invalid_task_error() -> None:
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         with pytest.raises(InvalidTask, match="no task for seed 3"):
             await store.open("s", MathLike, seed=3, config={"split": "nope"}, created_by="mcp")
@@ -807,7 +809,7 @@ async def test_a_failing_task_from_seed_is_an_invalid_task_error() -> None:
 
 
 async def test_open_checks_admission_before_running_task_from_seed() -> None:
-    store = SessionStore(settings(max_sessions=1))
+    store = StoreWithCalls(settings(max_sessions=1))
     async with store.run():
         await store.open("a", MathLike, config={}, created_by="mcp")
         with pytest.raises(CapacityReached):
@@ -819,7 +821,7 @@ async def test_open_checks_admission_before_running_task_from_seed() -> None:
 
 async def test_reset_never_revives_a_session_deleted_while_the_old_episode_tears_down() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run(), anyio.create_task_group() as group:
         session = await ready(store, "s", SlowTeardown, math_task(0, tag))
         group.start_soon(store.reset, session, None)
@@ -834,7 +836,7 @@ async def test_reset_never_revives_a_session_deleted_while_the_old_episode_tears
 
 async def test_a_delete_during_a_resets_rebuild_tears_the_new_environment_down_once_and_ends_the_session() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run(), anyio.create_task_group() as group:
         gate(tag).set()
         session = await ready(store, "s", SlowSetup, math_task(0, tag))
@@ -851,7 +853,7 @@ async def test_a_delete_during_a_resets_rebuild_tears_the_new_environment_down_o
 
 async def test_shutdown_during_a_resets_rebuild_ends_without_waiting_its_teardown_timeout() -> None:
     tag = new_tag()
-    store = SessionStore(settings(teardown_timeout=60.0))
+    store = StoreWithCalls(settings(teardown_timeout=60.0))
 
     async def release_when_closing() -> None:
         await eventually(lambda: store.closing)
@@ -871,7 +873,7 @@ async def test_shutdown_during_a_resets_rebuild_ends_without_waiting_its_teardow
 
 async def test_task_from_seed_runs_once_per_seeded_reset() -> None:
     tag = new_tag()
-    store = SessionStore(FAST)
+    store = StoreWithCalls(FAST)
     async with store.run():
         session, _ = await store.open("s", Seeded, seed=1, config={"tag": tag}, created_by="mcp")
         await store.get_ready("s")

@@ -1,7 +1,8 @@
 """CodeAct: an agent's step is Python code that calls the environment's tools as functions (RFC 003).
 
 `run_step` runs one step in a fresh sandboxed process (see `sandbox.py` for the containment and
-`executor.py` for the protocol and limits); the session core answers its tool calls in-process.
+`executor.py` for the protocol and limits); `step.py` is one `execute_code` step as the call pipeline runs it,
+which answers the code's tool calls in-process.
 """
 
 from ors_server.codeact.executor import Limits, StepResult, ToolCallFailed, ToolSpec, run_step

@@ -1,7 +1,7 @@
 """The `execute_code` tool as every face lists it, and the translations between the session core and a step.
 
-The session core (`SessionStore`) adds `EXECUTE_CODE_TOOL` to a session's tools when CodeAct is on for it,
-runs the step with `run_step`, and answers the code's tool calls through its own call pipeline.
+The call pipeline (`ors_server.calls.Calls`) adds `EXECUTE_CODE_TOOL` to a session's tools when CodeAct is on
+for it, runs the step (`ors_server.codeact.step`), and answers the code's tool calls through its own stages.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ A face is a plug-in. Its module has one function, `face(core: Core) -> Face`, th
 
 How to add a face
     1. Write `ors_server/faces/<name>.py` with `def face(core: Core) -> Face`. Its handlers read and change
-       sessions only through `core.store` (`open`, `get`, `get_ready`, `call`, `reset`, `read_prompt`,
-       `initial_observation`, `discard`) and raise `OrsError`s; they never build error responses inline.
+       sessions only through `core.store` (`open`, `get`, `get_ready`, `reset`, `read_prompt`,
+       `initial_observation`, `discard`), call tools only through `core.calls` (`tools`, `start`, `call`,
+       `find`, naming the face in `face=`), and raise `OrsError`s; they never build error responses inline.
     2. Add one line, `<name>.face`, to `FACES` in `ors_server/app.py`.
     That is all: the app runs the lifespan, and one table (`FaceTable`) learns which face a request belongs to
     from the faces' routes: the app routes the request among that face's routes (`FaceRouter`), and the Guard
@@ -42,6 +43,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, NoMatchFound, Router
 from starlette.types import Receive, Scope, Send
 
+from ors_server.calls import Calls
 from ors_server.errors import OrsError
 from ors_server.registry import Registry
 from ors_server.sessions import SessionStore
@@ -50,10 +52,11 @@ from ors_server.settings import Settings
 
 @dataclass(frozen=True)
 class Core:
-    """What a face is built over: the environments, the one session store, and the settings."""
+    """What a face is built over: the environments, the one session store, its call pipeline, and the settings."""
 
     registry: Registry
     store: SessionStore
+    calls: Calls
     settings: Settings
 
 

@@ -79,6 +79,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ors_server import wirejson
+from ors_server.calls import Calls, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -94,7 +95,7 @@ from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.scale.ids import worker_tag
 from ors_server.scale.tagging import public_id, tagged_transport
-from ors_server.sessions import Ending, Session, SessionStore, ToolCrashed, ToolRejected
+from ors_server.sessions import Ending, Session, SessionStore
 from ors_server.settings import Settings
 from ors_server.types import ImageBlock, TextBlock, ToolOutput
 
@@ -309,8 +310,8 @@ def _json_errors(scope: Scope, send: Send) -> Send:
 class McpFace:
     """The MCP endpoint of every environment, over the shared session store."""
 
-    def __init__(self, registry: Registry, store: SessionStore, settings: Settings) -> None:
-        self.registry, self.store, self.settings = registry, store, settings
+    def __init__(self, registry: Registry, store: SessionStore, calls: Calls, settings: Settings) -> None:
+        self.registry, self.store, self.calls, self.settings = registry, store, calls, settings
         self.server: Server[Any] = Server(
             "ors-server",
             version=_server_version(),
@@ -599,9 +600,9 @@ class McpFace:
                 session = None
         try:
             if session is not None:
-                listed = await self.store.tools(session.env_cls, session)
+                listed = await self.calls.tools(session.env_cls, session)
             else:
-                listed = await self.store.tools(self._path_env(ctx))
+                listed = await self.calls.tools(self._path_env(ctx))
         except OrsError as exc:  # a composed tool server that did not answer
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
         return types.ListToolsResult(tools=_tools(listed))
@@ -617,7 +618,7 @@ class McpFace:
         try:
             session = await self._session_for(ctx)
             shown = session.redact(params.name)
-            result = await self.store.call(session, params.name, params.arguments)
+            result = await self.calls.call(session, params.name, params.arguments, face="mcp")
         except _Unnamed as exc:
             # Current era: nothing names an episode, so no call can run; the error says how to name one.
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
@@ -738,7 +739,7 @@ class _Endpoint:
 
 
 def face(core: Core) -> Face:
-    mcp = McpFace(core.registry, core.store, core.settings)
+    mcp = McpFace(core.registry, core.store, core.calls, core.settings)
     return Face("mcp", mcp.routes(), render_error, lifespan=mcp.run, state={"mcp": mcp})
 
 

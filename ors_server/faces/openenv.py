@@ -54,6 +54,7 @@ from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ors_server import wirejson
+from ors_server.calls import CallResult, Calls, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -73,7 +74,7 @@ from ors_server.faces.ors import BodyInvalid, read_body
 from ors_server.guards import deny_websocket
 from ors_server.registry import Registry
 from ors_server.scale import ids
-from ors_server.sessions import CallResult, Session, SessionStore, State, ToolCrashed, ToolRejected
+from ors_server.sessions import Session, SessionStore, State
 from ors_server.settings import Settings
 from ors_server.types import ImageBlock, TextBlock, ToolOutput
 
@@ -238,7 +239,7 @@ def action_schema(env_cls: type[Environment]) -> dict[str, Any]:
 
 
 def tool_specs(tools: Sequence[ToolDef]) -> list[dict[str, Any]]:
-    """The tools (`store.tools`) as a `list_tools` observation lists them (`input_schema`, as OpenEnv's `Tool`)."""
+    """The tools (`Calls.tools`) as a `list_tools` observation lists them (`input_schema`, as OpenEnv's `Tool`)."""
     return [
         {"name": t.name, "description": t.description, "input_schema": t.schema or {"type": "object", "properties": {}}}
         for t in tools
@@ -370,8 +371,8 @@ class _Socket:
 class OpenEnvFace:
     """The OpenEnv endpoints of every environment, over the shared session store."""
 
-    def __init__(self, registry: Registry, store: SessionStore, settings: Settings) -> None:
-        self.registry, self.store, self.settings = registry, store, settings
+    def __init__(self, registry: Registry, store: SessionStore, calls: Calls, settings: Settings) -> None:
+        self.registry, self.store, self.calls, self.settings = registry, store, calls, settings
         self._sockets: dict[str, _Socket] = {}
         self._close_on_detach: set[str] = set()
         """Sessions `openenv/session/close` asked to end while a socket was attached: they end with it."""
@@ -509,8 +510,8 @@ class OpenEnvFace:
             raise _invalid(exc) from None
         session = await self._ready(socket)
         if isinstance(action, ListToolsAction):
-            return list_tools_payload(await self.store.tools(session.env_cls, session))
-        result = await self.store.call(session, action.name, action.arguments)
+            return list_tools_payload(await self.calls.tools(session.env_cls, session))
+        result = await self.calls.call(session, action.name, action.arguments, face=CREATED_BY)
         return step_payload(action.name, result, session)
 
     async def _reset(self, socket: _Socket, data: Any) -> dict[str, Any]:
@@ -585,7 +586,7 @@ class OpenEnvFace:
     ) -> Any:
         if method == "tools/list":
             session = self._named(params, path_env) or bound
-            listed = await self.store.tools(session.env_cls, session) if session else await self.store.tools(env_cls)
+            listed = await self.calls.tools(session.env_cls, session) if session else await self.calls.tools(env_cls)
             return {"tools": mcp_tools(listed)}
         if method == "tools/call":
             return await self._rpc_call(params, env_cls, path_env, bound)
@@ -625,10 +626,10 @@ class OpenEnvFace:
             raise _RpcError(INVALID_PARAMS, "Invalid params - 'arguments' must be an object")
         session = self._named(params, path_env) or bound
         if session is not None:
-            result = await self.store.call(await self.store.get_ready(session.id), name, arguments)
+            result = await self.calls.call(await self.store.get_ready(session.id), name, arguments, face=CREATED_BY)
         else:
             # No session named: a throw-away episode for this one call, as OpenEnv makes a throw-away env.
-            result = await self.one_off(env_cls, lambda s: self.store.call(s, name, arguments))
+            result = await self.one_off(env_cls, lambda s: self.calls.call(s, name, arguments, face=CREATED_BY))
         if isinstance(result, ToolOutput):
             # Like OpenEnv's /mcp: no reward or done here, though the call is a step of the episode.
             return call_tool_result(result)
@@ -870,10 +871,11 @@ async def stateless_step(request: Request) -> Response:
     except ValidationError as exc:
         raise BodyInvalid(_errors(exc)) from None
     if isinstance(action, ListToolsAction):
-        return JSONResponse({"metadata": None, **list_tools_payload(await face.store.tools(env_cls))})
+        return JSONResponse({"metadata": None, **list_tools_payload(await face.calls.tools(env_cls))})
 
     async def call(session: Session) -> dict[str, Any]:
-        return step_payload(action.name, await face.store.call(session, action.name, action.arguments), session)
+        result = await face.calls.call(session, action.name, action.arguments, face=CREATED_BY)
+        return step_payload(action.name, result, session)
 
     return JSONResponse({"metadata": None, **(await face.one_off(env_cls, call))})
 
@@ -884,7 +886,7 @@ async def stateless_state(request: Request) -> Response:
 
 
 def face(core: Core) -> Face:
-    openenv = OpenEnvFace(core.registry, core.store, core.settings)
+    openenv = OpenEnvFace(core.registry, core.store, core.calls, core.settings)
     return Face("openenv", openenv.routes(), render_error, lifespan=openenv.run, state={"openenv": openenv})
 
 

@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ors_server import sse, wirejson
+from ors_server.calls import CallResult, Calls, ToolCall, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -34,7 +35,7 @@ from ors_server.errors import (
 from ors_server.faces import Core, Face
 from ors_server.registry import Registry
 from ors_server.scale import ids
-from ors_server.sessions import CallResult, Session, SessionStore, ToolCall, ToolCrashed, ToolRejected
+from ors_server.sessions import Session, SessionStore
 from ors_server.types import Blocks, Split, ToolOutput
 
 logger = logging.getLogger("ors_server.ors")
@@ -132,6 +133,10 @@ def _store(request: Request) -> SessionStore:
     return request.app.state.store
 
 
+def _calls(request: Request) -> Calls:
+    return request.app.state.calls
+
+
 def _registry(request: Request) -> Registry:
     return request.app.state.registry
 
@@ -197,7 +202,7 @@ async def list_environments(request: Request) -> Response:
 
 
 async def tools(request: Request) -> Response:
-    return JSONResponse(tool_specs(await _store(request).tools(_path_env(request))))
+    return JSONResponse(tool_specs(await _calls(request).tools(_path_env(request))))
 
 
 async def splits(request: Request) -> Response:
@@ -311,11 +316,11 @@ async def prompt(request: Request) -> Response:
 
 async def task_tools(request: Request) -> Response:
     session = _store(request).get(_session_id(request), _path_env_name(request))
-    return JSONResponse(tool_specs(await _store(request).tools(session.env_cls, session)))
+    return JSONResponse(tool_specs(await _calls(request).tools(session.env_cls, session)))
 
 
 async def call(request: Request) -> Response:
-    store = _store(request)
+    store, calls = _store(request), _calls(request)
     sid = _session_id(request)
     env_name = _path_env_name(request)
     body = await read_body(request, CallBody)
@@ -323,11 +328,11 @@ async def call(request: Request) -> Response:
     request.state.tool = session.redact(body.name)  # for the access log: any string, a secret value too
     request.state.env = session.env_name
     if body.task_id is not None:
-        running = store.find_call(session, body.task_id)
+        running = calls.find(session, body.task_id)
         if running is None:
             return sse.complete([sse.event("error", "unknown task_id")])
     else:
-        running = store.start_call(session, body.name, body.input)
+        running = calls.start(session, body.name, body.input, face="ors")
     keepalive = store.settings.sse_keepalive
     # Most calls end within milliseconds: answer those in one response, and stream only the slow ones.
     with anyio.move_on_after(min(FAST_ANSWER_WAIT, keepalive)):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ors_server.calls import Calls
 from ors_server.sessions import SessionStore
 
 LOOKUP_PATH = "/_ors/lookup"
@@ -26,8 +27,8 @@ KEY_HEADER = b"x-ors-lookup"
 LOAD_HEADER = b"x-ors-load"
 
 
-def load_value(store: SessionStore) -> bytes:
-    return f"{len(store)} {store.running_calls} {store.settings.max_sessions}".encode()
+def load_value(store: SessionStore, calls: Calls) -> bytes:
+    return f"{len(store)} {calls.running} {store.settings.max_sessions}".encode()
 
 
 def parse_load(value: bytes) -> tuple[int, int, int] | None:
@@ -41,8 +42,10 @@ def parse_load(value: bytes) -> tuple[int, int, int] | None:
 class WorkerSide:
     """ASGI middleware of a worker (inside the Host/API-key guard): answers lookups, reports its load."""
 
-    def __init__(self, app: ASGIApp, store: SessionStore, transport_key: Callable[[str], str | None]) -> None:
-        self.app, self.store, self.transport_key = app, store, transport_key
+    def __init__(
+        self, app: ASGIApp, store: SessionStore, calls: Calls, transport_key: Callable[[str], str | None]
+    ) -> None:
+        self.app, self.store, self.calls, self.transport_key = app, store, calls, transport_key
 
     def holds(self, key: str) -> str | None:
         held = self.store.holds(key)
@@ -69,4 +72,4 @@ class WorkerSide:
         await self.app(scope, receive, reporting_send)
 
     def _load(self) -> tuple[bytes, bytes]:
-        return LOAD_HEADER, load_value(self.store)
+        return LOAD_HEADER, load_value(self.store, self.calls)

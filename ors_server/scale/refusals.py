@@ -12,6 +12,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from ors_server.app import DEFAULT_FACE, FACES
+from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused, Unavailable
 from ors_server.faces import Core, FaceTable
@@ -25,7 +26,8 @@ BUSY = "No worker can take this request now"
 
 class Refusals:
     def __init__(self, environments: Sequence[type[Environment]], settings: Settings) -> None:
-        core = Core(Registry(environments), SessionStore(settings), settings)
+        store = SessionStore(settings)
+        core = Core(Registry(environments), store, Calls(store), settings)
         self.faces = FaceTable([make(core) for make in FACES], default=DEFAULT_FACE)
 
     def response(self, scope: Scope, error: OrsError) -> Response:

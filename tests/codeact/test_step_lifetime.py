@@ -20,8 +20,8 @@ from websockets.sync.client import connect
 from ors_server import Environment, TextBlock, ToolOutput, tool
 from ors_server.app import create_app
 from ors_server.codeact import bwrap_problem
-from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
+from tests.pipeline import StoreWithCalls
 from tests.serving import serve
 
 SANDBOX = "bwrap" if bwrap_problem() is None else "none"
@@ -80,7 +80,7 @@ async def test_ending_a_session_kills_its_running_step_at_once(ending: str) -> N
     Signals.reached = anyio.Event()
     settings = Settings(codeact=True, codeact_sandbox=SANDBOX, codeact_timeout=300, shutdown_grace=0)
     results: list[Any] = []
-    async with SessionStore(settings).run() as store:
+    async with StoreWithCalls(settings).run() as store:
         store.create("s", Signals, {}, None)
         session = await store.get_ready("s")
         before = children()

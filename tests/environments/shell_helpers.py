@@ -14,13 +14,14 @@ from environments.shell import Shell
 from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput
+from tests.pipeline import StoreWithCalls
 
 
 @asynccontextmanager
 async def shell_session(
     task_spec: dict[str, Any] | None = None, settings: Settings | None = None, secrets: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[SessionStore, Session]]:
-    async with SessionStore(settings or Settings()).run() as store:
+    async with StoreWithCalls(settings or Settings()).run() as store:
         store.create("s", Shell, task_spec or {"id": "hello_file"}, secrets)
         yield store, await store.get_ready("s")
 

@@ -16,9 +16,11 @@ from environments.blackjack import Blackjack
 from environments.cliff_walking import CliffWalking
 from environments.frozen_lake import FrozenLake
 from ors_server import Environment, GymEnvironment, ToolOutput
+from ors_server.calls import ToolRejected
 from ors_server.errors import SetupFailed
-from ors_server.sessions import Session, SessionStore, ToolRejected
+from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings
+from tests.pipeline import StoreWithCalls
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +35,7 @@ START_GRIDS = {
 async def episode(
     env_cls: type[Environment], task_spec: dict[str, Any], **config: Any
 ) -> AsyncIterator[tuple[SessionStore, Session]]:
-    async with SessionStore(Settings()).run() as store:
+    async with StoreWithCalls(Settings()).run() as store:
         store.create("s", env_cls, task_spec, **config)
         yield store, await store.get_ready("s")
 
@@ -226,7 +228,7 @@ async def test_class_step_limit_applies_without_a_task_override() -> None:
 
 
 async def test_invalid_seed_fails_setup() -> None:
-    async with SessionStore(Settings()).run() as store:
+    async with StoreWithCalls(Settings()).run() as store:
         store.create("s", FrozenLake, {"seed": "forty-two"})
         with pytest.raises(SetupFailed, match="'seed' must be a non-negative integer"):
             await store.get_ready("s")

@@ -17,8 +17,8 @@ import pytest
 from environments.math import Math
 from environments.shell import EXERCISES, TEST, TRAIN, Shell
 from environments.shell.confinement import _working_bwrap_flags, bwrap_problem
+from ors_server.calls import ToolCrashed, ToolRejected
 from ors_server.errors import SetupFailed
-from ors_server.sessions import SessionStore, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput
 from tests.environments.shell_helpers import (
@@ -31,6 +31,7 @@ from tests.environments.shell_helpers import (
     unique_sleep,
     until_running,
 )
+from tests.pipeline import StoreWithCalls
 
 pytestmark = pytest.mark.anyio
 
@@ -165,7 +166,7 @@ async def test_many_slow_commands_run_at_once_and_other_sessions_answer_meanwhil
     # Before the driver was asynchronous, each running command held one of the 40 worker threads: 100 commands
     # of 3 s took at least 9 s, and a math call made meanwhile waited about 3 s for a free thread.
     sessions, seconds = 100, 3
-    async with SessionStore(Settings(ready_wait=60)).run() as store:
+    async with StoreWithCalls(Settings(ready_wait=60)).run() as store:
         for i in range(sessions):
             store.create(f"s{i}", Shell, {"id": "hello_file"})
         shells = [await store.get_ready(f"s{i}") for i in range(sessions)]
@@ -229,7 +230,7 @@ SOLUTIONS = {
 
 
 async def test_every_exercise_is_unsolved_at_first_and_solved_by_a_reference_command() -> None:
-    async with SessionStore(Settings()).run() as store:
+    async with StoreWithCalls(Settings()).run() as store:
         for exercise in sorted(EXERCISES):
             store.create(f"{exercise}-0", Shell, {"id": exercise})
             store.create(f"{exercise}-1", Shell, {"id": exercise})
@@ -269,7 +270,7 @@ async def test_prompt_states_the_exercise_and_the_tools() -> None:
 
 
 async def test_unknown_exercise_fails_setup() -> None:
-    async with SessionStore(Settings()).run() as store:
+    async with StoreWithCalls(Settings()).run() as store:
         store.create("s", Shell, {"id": "nope"})
         with pytest.raises(SetupFailed, match="must name an exercise"):
             await store.get_ready("s")
@@ -367,7 +368,7 @@ async def test_without_bwrap_installed_shell_sessions_are_refused_and_the_fix_is
 ) -> None:
     monkeypatch.delenv("ORS_SHELL_SANDBOX", raising=False)
     monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)
-    async with SessionStore(Settings()).run() as store:
+    async with StoreWithCalls(Settings()).run() as store:
         store.create("s", Shell, {"id": "hello_file"})
         with pytest.raises(SetupFailed, match="bwrap is not installed.*ORS_SHELL_SANDBOX=none"):
             await store.get_ready("s")
@@ -390,7 +391,7 @@ async def test_a_bwrap_the_kernel_refuses_is_found_out_by_running_it(
     monkeypatch: pytest.MonkeyPatch, fresh_probe: None, refused_bwrap: None
 ) -> None:
     monkeypatch.delenv("ORS_SHELL_SANDBOX", raising=False)
-    async with SessionStore(Settings()).run() as store:
+    async with StoreWithCalls(Settings()).run() as store:
         store.create("s", Shell, {"id": "hello_file"})
         with pytest.raises(SetupFailed, match="setting up uid map: Permission denied.*ORS_SHELL_SANDBOX=none"):
             await store.get_ready("s")
@@ -401,7 +402,7 @@ async def test_unsandboxed_shells_need_the_operators_opt_in_and_warn_at_every_se
 ) -> None:
     monkeypatch.setenv("ORS_SHELL_SANDBOX", "none")
     with caplog.at_level(logging.WARNING, logger="ors_server.environments.shell"):
-        async with SessionStore(Settings()).run() as store:
+        async with StoreWithCalls(Settings()).run() as store:
             for name in ("a", "b"):
                 store.create(name, Shell, {"id": "hello_file"})
                 assert await bash(store, await store.get_ready(name), "echo hi") == "exit code: 0\nstdout:\nhi\n"

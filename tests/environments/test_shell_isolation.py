@@ -22,7 +22,6 @@ import pytest
 
 from environments.shell import Shell
 from environments.shell.confinement import bwrap_problem
-from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput
 from tests.environments.shell_helpers import (
@@ -35,6 +34,7 @@ from tests.environments.shell_helpers import (
     until_running,
 )
 from tests.ors_envs import call, call_result, create, sid_header, x_secrets
+from tests.pipeline import StoreWithCalls
 from tests.serving import free_port
 
 BWRAP_PROBLEM = bwrap_problem()
@@ -84,7 +84,7 @@ async def test_commands_never_run_as_root_and_not_as_the_servers_user_inside() -
 
 
 async def test_another_sessions_directory_is_out_of_sight_and_its_grade_out_of_reach() -> None:
-    async with SessionStore(Settings()).run() as store:
+    async with StoreWithCalls(Settings()).run() as store:
         store.create("a", Shell, {"id": "hello_file"})
         store.create("b", Shell, {"id": "hello_file"})
         a, b = await store.get_ready("a"), await store.get_ready("b")
@@ -237,7 +237,7 @@ def count(text: str) -> int:
 async def test_a_session_starts_processes_up_to_its_limit_and_no_session_takes_anothers() -> None:
     # Every sandbox runs as uid 65534; the limit counts in each one's own user namespace, so a full session
     # leaves the others' budgets whole.
-    async with SessionStore(Settings()).run() as store:
+    async with StoreWithCalls(Settings()).run() as store:
         store.create("a", Shell, {"id": "hello_file"})
         store.create("b", Shell, {"id": "hello_file"})
         a, b = await store.get_ready("a"), await store.get_ready("b")

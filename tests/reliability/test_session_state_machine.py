@@ -22,10 +22,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pydantic import BaseModel
 
 from ors_server import TextBlock, ToolOutput, tool
+from ors_server.calls import ToolCrashed, ToolRejected
 from ors_server.errors import CapacityReached, SessionDeleted, SessionExists, SessionExpired, SessionNotFound
-from ors_server.sessions import SessionStore, ToolCrashed, ToolRejected
 from ors_server.settings import Settings
 from tests.ors_envs import SingleTask
+from tests.pipeline import StoreWithCalls
 
 MAX_SESSIONS = 4
 IDS = [f"s{i}" for i in range(6)]
@@ -94,7 +95,7 @@ class SessionStoreMachine(RuleBasedStateMachine):
         self.stack = ExitStack()
         self.portal = self.stack.enter_context(start_blocking_portal("asyncio"))
         settings_ = Settings(max_sessions=MAX_SESSIONS, session_timeout=3600, teardown_timeout=5, tombstones=100)
-        self.store = SessionStore(settings_)
+        self.store = StoreWithCalls(settings_)
         self.stack.enter_context(self.portal.wrap_async_context_manager(self.store.run()))
         self.live: dict[str, Model] = {}
         self.deleted: set[str] = set()

@@ -1,0 +1,542 @@
+"""The call pipeline: every tool call, from every face and from inside CodeAct steps, runs through `Calls`.
+
+A call is one object (`ToolCall`) with one owner, the pipeline, which takes it through these stages in order:
+
+    admit       take the episode's lock; refuse at once while a timed-out call still runs in the episode
+                (`session_busy`), or when the episode ended (`session_ended`) or finished (`episode_finished`)
+    resolve     find the tool: the environment's own, a composed one (`<server>__<tool>`), or `execute_code`
+                (`not_found`)
+    check       validate the arguments against the tool's model or its server's JSON schema
+                (`input_validation`)
+    run         async code awaited, sync code on a tool thread; with a deadline (`--tool-timeout`, `timeout`)
+    bound       refuse an output past `--max-output-chars` (`output_too_large`)
+    record      the episode's counters: step count, last and total reward, info, finished
+    publish     end the call: wake its waiters, keep it for replay by id (`call_linger`, `max_replay_chars`)
+    observe     hand the finished call to every `Observer` (metrics; the episode records hang here too)
+
+Timeouts and overdue calls are accounted here only. An async tool is cancelled at its deadline. A sync tool
+cannot be stopped: its caller is answered `timeout` at the deadline (`_watch`) while its thread runs on,
+keeping its tool-thread slot and the episode's lock until it returns; meanwhile the call counts as overdue
+(`Episode.overdue`, `Session.overdue_calls`, `Calls.overdue`) and calls into that episode are refused.
+
+The pipeline runs calls as tasks of the session store (`SessionStore.spawn`), so a call survives its client
+disconnecting (ORS clients re-attach by `task_id`). Sessions, episodes and their lifecycle are the store's.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import math
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+from pydantic import ValidationError
+
+from ors_server.codeact.step import StepFailed, execute_code
+from ors_server.codeact.tool import EXECUTE_CODE_TOOL, codeact_wanted, with_execute_code
+from ors_server.compose.catalogue import ServerTool
+from ors_server.compose.results import error_text, to_output
+from ors_server.compose.toolbox import ToolServerFailed
+from ors_server.environment import Environment, ToolDef
+from ors_server.errors import ToolServerUnavailable
+from ors_server.sessions import Episode, EpisodeEnd, EpisodeWatcher, Session, SessionStore, State
+from ors_server.types import ToolOutput
+
+logger = logging.getLogger("ors_server.calls")
+
+Reason = Literal[
+    "not_found", "input_validation", "episode_finished", "timeout", "session_busy", "session_ended", "output_too_large"
+]
+
+
+@dataclass(frozen=True)
+class ToolRejected:
+    """A call that did not produce a result, for a reason the client can act on. The tool may not have run."""
+
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class ToolCrashed:
+    """The tool raised, or returned something that is not a `ToolOutput`."""
+
+    message: str
+
+
+CallResult = ToolOutput | ToolRejected | ToolCrashed
+
+
+def outcome(result: CallResult) -> str:
+    """'ok', 'crashed' or the `ToolRejected` reason: how metrics and logs name a call's ending."""
+    if isinstance(result, ToolOutput):
+        return "ok"
+    return result.reason if isinstance(result, ToolRejected) else "crashed"
+
+
+@dataclass(eq=False, slots=True)
+class ToolCall:
+    """One call into a session's episode, from the moment a face starts it until it is forgotten.
+
+    Finished calls are kept for `call_linger` seconds, thousands of them at a high call rate, so a kept call is
+    a few objects (its slots and its result): the garbage collector walks every one of them in each full
+    collection. So the call is its own `LazyEvent` (one object fewer, measurably): the event that wakes waiters
+    is made only if someone waits before the end, and dropped then; and its arguments are let go when it ends.
+    """
+
+    id: str
+    name: str
+    session: Session
+    episode: Episode
+    face: str | None
+    """The face that made the call ('ors', 'mcp', 'openenv', ...); None from code that is not a face."""
+    arguments: Any
+    """What the client sent, until the call ends (observers see them then)."""
+    started: float = field(default_factory=time.monotonic)
+    """When the call was started (`time.monotonic()`; see `wall_clock`)."""
+    step: str | None = None
+    """For a tool call made from inside a CodeAct step: the id of the step's call."""
+    result: CallResult | None = None
+    ended_at: float = 0.0
+    size: int = 0
+    """The result's size as `max_replay_chars` counts it."""
+    _ended: anyio.Event | None = field(default=None, init=False, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    @property
+    def duration(self) -> float:
+        """Seconds from start to end (to now while it runs)."""
+        return (self.ended_at or time.monotonic()) - self.started
+
+    def end(self, result: CallResult) -> None:
+        self.result = result
+        self.ended_at = time.monotonic()
+        self.size = _result_chars(result)
+        if self._ended is not None:
+            self._ended.set()
+            self._ended = None
+
+    async def wait(self) -> CallResult:
+        if self.result is None:
+            if self._ended is None:
+                self._ended = anyio.Event()
+            await self._ended.wait()
+        assert self.result is not None
+        return self.result
+
+
+def wall_clock(monotonic: float) -> float:
+    """A `time.monotonic()` reading (such as `ToolCall.started`) as seconds since the epoch."""
+    return time.time() - (time.monotonic() - monotonic)
+
+
+class Observer(EpisodeWatcher):
+    """Sees every episode start and end (from the store) and every finished call (from the pipeline).
+
+    Register with `Calls.observe`. Every method is called on the event loop, in the path of the call or of the
+    session's lifecycle: read what you need and return at once (hand slow work such as writing to a queue).
+    An exception raised here is logged and dropped: an observer never fails or delays what it observes.
+    """
+
+    def call_ended(self, call: ToolCall) -> None:
+        """`call` has ended: `call.result` is set, `call.arguments` is readable until this returns (the pipeline
+        then lets it go), `call.started` and `call.duration` time it. Calls made from inside a CodeAct step come
+        first, with `call.step` set to the step's call id; the step comes after them."""
+
+
+class _Overtime(Exception):
+    """An async tool cancelled at the tool timeout."""
+
+
+def _result_chars(result: CallResult) -> int:
+    """About what a finished call's result holds: its blocks' text and image data (and its metadata)."""
+    if not isinstance(result, ToolOutput):
+        return len(result.message)
+    size = sum(len(block.text if block.type == "text" else block.data) for block in result.blocks)
+    if result.metadata:
+        size += len(json.dumps(result.metadata, default=str))
+    return size
+
+
+class Calls:
+    """The call pipeline over one session store (see the module docstring for its stages)."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self.settings = store.settings
+        self.overdue = 0
+        """Timed-out sync tool calls whose threads still run."""
+        self.running = 0
+        """Tool calls started and not yet ended, over every session (a worker reports it to its fronts)."""
+        self.observers: list[Observer] = []
+        self._unbounded = anyio.CapacityLimiter(math.inf)
+        """For tool threads, whose slot in the store's "tools" pool is held by the call itself."""
+        self._replayable: deque[ToolCall] = deque()
+        """Every finished call kept for replay, oldest first."""
+        self.replay_chars = 0
+        """Their sizes summed: kept within `max_replay_chars`."""
+        store.on_sweep.append(self._forget_replays)  # in a lull too, not only when the next call ends
+
+    def observe(self, observer: Observer) -> None:
+        """Tell `observer` of every episode's start and end and of every finished call from now on."""
+        self.observers.append(observer)
+        self.store.watchers.append(observer)
+
+    # The tools a client sees.
+
+    def codeact(self, session: Session) -> bool:
+        """Whether `session` offers `execute_code`: its task spec's or binding config's `"codeact"`, else
+        the server's `--codeact`."""
+        return codeact_wanted(self.settings.codeact, session.task_spec, session.config)
+
+    async def tools(self, env_cls: type[Environment], session: Session | None = None) -> list[ToolDef]:
+        """The tools of `session` (or, without one, of a new session of `env_cls`), as every face lists them:
+        the environment's own, those of its MCP tool servers, and `execute_code` when CodeAct is on.
+
+        Listing a composed environment's tools for the first time starts its servers to ask them (boundedly);
+        raises ToolServerUnavailable if they do not answer."""
+        if env_cls.mcp_servers:
+            try:
+                await self.store.load_catalogue(env_cls)
+            except ToolServerFailed as exc:
+                raise ToolServerUnavailable(str(exc)) from None
+        return self._tools(env_cls, session)
+
+    def _tools(self, env_cls: type[Environment], session: Session | None) -> list[ToolDef]:
+        tools = [*env_cls.tools.values(), *self.store.catalogue.cached(env_cls)]
+        on = self.codeact(session) if session is not None else self.settings.codeact
+        return with_execute_code(tools) if on else tools
+
+    def has_tool(self, session: Session, name: str) -> bool:
+        """Whether `name` is a tool of `session` (its environment's own or a composed one)."""
+        return name in session.env_cls.tools or any(
+            t.name == name for t in self.store.catalogue.cached(session.env_cls)
+        )
+
+    def _tool(self, session: Session, name: str) -> ToolDef | None:
+        """The tool `name` of a session (whose composed tools were listed when its episode was set up): the same
+        answer as a lookup in `_tools`, without building the list on every call."""
+        if name == EXECUTE_CODE_TOOL.name and self.codeact(session):
+            return EXECUTE_CODE_TOOL
+        own = session.env_cls.tools.get(name)
+        if own is not None:
+            return own
+        return next((t for t in self.store.catalogue.cached(session.env_cls) if t.name == name), None)
+
+    # Starting, awaiting and finding calls.
+
+    def start(self, session: Session, name: str, arguments: Any, *, face: str | None = None) -> ToolCall:
+        """Start a tool call in the background and return it (the call survives its client disconnecting)."""
+        episode = session.episode
+        call = ToolCall(uuid.uuid4().hex, name, session, episode, face, arguments)
+        episode.calls[call.id] = call
+        session.running_calls += 1
+        self.running += 1
+        session.touch()
+        self.store.spawn(self._run, call)
+        return call
+
+    async def call(self, session: Session, name: str, arguments: Any, *, face: str | None = None) -> CallResult:
+        """Run a tool call and return its result."""
+        return await self.start(session, name, arguments, face=face).wait()
+
+    def find(self, session: Session, call_id: str) -> ToolCall | None:
+        """A call of the session's current episode, running or finished within `call_linger`."""
+        self._forget_replays()  # every publish forgets too, but a lookup must not see past the linger in a lull
+        found: ToolCall | None = session.episode.calls.get(call_id)
+        return found
+
+    # The stages.
+
+    async def _run(self, call: ToolCall) -> None:
+        session, episode = call.session, call.episode
+        result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
+        try:
+            if not await self.store.acquire(episode):
+                result = _busy(call.name) if episode.overdue else _ended(call.name)
+            else:
+                try:
+                    result = await self._invoke(call, self.settings.tool_timeout)
+                    if call.done:
+                        pass  # answered `timeout` already; what the overdue thread returned is dropped
+                    elif isinstance(result, ToolOutput) and self._tool(session, call.name) is EXECUTE_CODE_TOOL:
+                        _record_step(episode, result)
+                    else:
+                        _record(episode, result)
+                finally:
+                    episode.lock.release()
+        finally:
+            session.running_calls -= 1
+            self.running -= 1
+            session.touch()
+            if not call.done:
+                self._publish(call, result)
+
+    async def _invoke(self, call: ToolCall, time_limit: float | None) -> CallResult:
+        """Check, resolve, validate, run and bound one call in its episode, whose lock the caller holds.
+        `time_limit` is the tool timeout (None inside a CodeAct step, which its step's own timeout bounds)."""
+        session, episode, name, arguments = call.session, call.episode, call.name, call.arguments
+        if session.deleted or episode.ended:
+            return _ended(name)
+        if episode.finished:
+            return ToolRejected(
+                "episode_finished",
+                f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
+                "so no further tool calls are accepted.",
+            )
+        tool = self._tool(session, name)
+        if tool is None:
+            return ToolRejected("not_found", f"'{name}' is not a valid tool")
+        if isinstance(tool, ServerTool):
+            return await self._call_server(call, tool, time_limit)
+        args: tuple[Any, ...] = ()
+        if tool.input_model is not None:
+            try:
+                args = (tool.input_model.model_validate(arguments if arguments is not None else {}),)
+            except ValidationError as exc:
+                # Without the input: it may hold what the agent typed, secrets included.
+                errors = exc.errors(include_url=False, include_context=False, include_input=False)
+                return ToolRejected("input_validation", session.redact(f"Tool input validation error: {errors}"))
+        elif arguments:
+            return ToolRejected("input_validation", f"Tool input validation error: '{name}' takes no arguments")
+        if episode.env is None:
+            return ToolRejected("session_ended", f"'{name}' was not run: the session has no live environment.")
+        if tool is EXECUTE_CODE_TOOL:
+            return await self._execute_code(call, args[0].code)
+        try:
+            output = await self._run_tool(call, tool, episode.env, args, time_limit)
+        except _Overtime:
+            return self._timed_out(name)
+        except Exception as exc:
+            return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
+        if not isinstance(output, ToolOutput):
+            return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
+        return self._bounded(name, output)
+
+    def _bounded(self, name: str, output: ToolOutput) -> CallResult:
+        """`output`, or `output_too_large` past `max_output_chars`."""
+        # The limit counts characters of the blocks' content (text, and base64 image data), not of the JSON.
+        size = sum(len(block.text if block.type == "text" else block.data) for block in output.blocks)
+        if size > self.settings.max_output_chars:
+            return ToolRejected(
+                "output_too_large",
+                f"'{name}' returned {size} characters, more than the limit of {self.settings.max_output_chars}",
+            )
+        return output
+
+    async def _call_server(self, call: ToolCall, tool: ServerTool, time_limit: float | None) -> CallResult:
+        """Call a composed tool through the episode's connection to its server. Its input is checked against the
+        server's schema first; a server that fails or hangs fails this call only (`tool_server_timeout`)."""
+        session, episode = call.session, call.episode
+        arguments = {} if call.arguments is None else call.arguments
+        if not isinstance(arguments, dict):
+            return ToolRejected("input_validation", f"Tool input validation error: '{tool.name}' takes an object")
+        problem = tool.input_error(arguments)
+        if problem is not None:
+            return ToolRejected("input_validation", session.redact(f"Tool input validation error: {problem}"))
+        if episode.env is None or episode.toolbox is None:
+            return ToolRejected("session_ended", f"'{tool.name}' was not run: the session has no live environment.")
+        timeout = self.settings.tool_server_timeout
+        if time_limit is not None:
+            timeout = min(timeout, time_limit)
+        try:
+            result = await episode.toolbox.call(tool.server, tool.remote, arguments, timeout)
+        except TimeoutError:
+            return ToolRejected("timeout", f"'{tool.name}' did not finish within {timeout:g} s and was abandoned")
+        except ToolServerFailed as exc:
+            return ToolCrashed(session.redact(str(exc)))
+        if result.is_error:
+            return ToolCrashed(session.redact(error_text(result)))
+        return self._bounded(tool.name, to_output(result))
+
+    def _timed_out(self, name: str) -> ToolRejected:
+        timeout = self.settings.tool_timeout
+        return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
+
+    async def _run_tool(
+        self, call: ToolCall, tool: ToolDef, env: Environment, args: tuple[Any, ...], time_limit: float | None
+    ) -> Any:
+        """Run the tool: async code awaited (and cancelled at the timeout), sync code on the tool threads. A sync
+        tool past the timeout is answered `timeout` at once but keeps its thread, its pool slot and the episode's
+        lock until it really returns (`Episode.overdue` meanwhile). Async code past the timeout raises _Overtime."""
+        timeout = time_limit
+        if inspect.iscoroutinefunction(tool.function):
+            if timeout is None:  # no cancel scope on the hot path
+                return await tool.function(env, *args)
+            with anyio.move_on_after(timeout):
+                return await tool.function(env, *args)
+            raise _Overtime()
+        work = functools.partial(tool.function, env, *args)
+        limiter = self.store.limiters["tools"]
+        if timeout is None:
+            # No timeout: anyio holds the slot for as long as it waits for the thread, which is until it returns
+            # (only a cancellation at shutdown abandons it).
+            output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=limiter)
+        else:
+            # The slot is taken here and given back only when the thread has returned, even past the timeout, so
+            # hung tools can hold at most `tool_threads` threads.
+            slot, acquired = object(), False
+            deadline = anyio.current_time() + timeout  # the timeout counts the wait for a thread too
+            with anyio.move_on_after(timeout):
+                await limiter.acquire_on_behalf_of(slot)
+                acquired = True
+            if not acquired:
+                raise _Overtime()  # no tool thread came free in time: the tool did not run
+            try:
+                async with anyio.create_task_group() as watch:
+                    watch.start_soon(self._watch, call, deadline)
+                    try:
+                        output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
+                    finally:
+                        watch.cancel_scope.cancel()
+            finally:
+                limiter.release_on_behalf_of(slot)
+            if call.done:  # answered `timeout` already: the overdue thread ending
+                call.episode.overdue -= 1
+                call.session.overdue_calls -= 1
+                self.overdue -= 1
+                logger.warning(
+                    "overdue call of '%s' ended after %.1f s",
+                    call.name,
+                    time.monotonic() - call.started,
+                    extra={"session_id": call.session.id},
+                )
+        if inspect.isawaitable(output):
+            with anyio.move_on_after(timeout):
+                return await output
+            raise _Overtime()
+        return output
+
+    async def _watch(self, call: ToolCall, deadline: float) -> None:
+        """At the deadline of a sync tool still running: answer its caller `timeout`, count it overdue, and
+        refuse the calls queued behind it."""
+        await anyio.sleep_until(deadline)
+        episode, session = call.episode, call.session
+        episode.overdue += 1
+        session.overdue_calls += 1
+        self.overdue += 1
+        logger.warning(
+            "'%s' exceeded tool_timeout (%g s): answered 'timeout'; its thread keeps its slot and the session "
+            "refuses calls until it ends",
+            call.name,
+            self.settings.tool_timeout,
+            extra={"session_id": session.id},
+        )
+        for waiter in list(episode.waiting or ()):
+            waiter.cancel()  # calls queued behind it are refused (session_busy) rather than left waiting
+        self._publish(call, self._timed_out(call.name))
+
+    async def _execute_code(self, step: ToolCall, code: str) -> CallResult:
+        """One CodeAct step (`ors_server.codeact.step`). It runs inside the episode lock its call holds, so the
+        code's tool calls go straight into `_invoke` (taking the lock again would deadlock): each is validated,
+        run, recorded and observed like a call from a face."""
+        session, episode = step.session, step.episode
+
+        async def call_tool(name: str, arguments: Any) -> CallResult:
+            call = ToolCall(uuid.uuid4().hex, name, session, episode, step.face, arguments, step=step.id)
+            result = await self._invoke(call, None)
+            _record(episode, result)
+            call.end(result)
+            self._observe(call)
+            return result
+
+        tools = self._tools(session.env_cls, session)
+        with anyio.CancelScope() as scope:
+            episode.step = scope  # cancelled (its sandbox killed) when the episode ends
+            try:
+                return await execute_code(code, tools, call_tool, self.settings, session.redact, session.id)
+            except StepFailed as exc:
+                return ToolCrashed(str(exc))
+            finally:
+                episode.step = None
+        return _ended(EXECUTE_CODE_TOOL.name)  # the episode ended during the step
+
+    # Publishing and observing.
+
+    def _publish(self, call: ToolCall, result: CallResult) -> None:
+        if isinstance(result, ToolRejected):
+            # Refusals name the tool the client asked for, which may be any string (a secret value too).
+            result = ToolRejected(result.reason, call.session.redact(result.message))
+        call.end(result)
+        self._replayable.append(call)
+        self.replay_chars += call.size
+        self._forget_replays()
+        self._observe(call)
+
+    def _observe(self, call: ToolCall) -> None:
+        """The one place where observers see a finished call."""
+        for observer in self.observers:
+            try:
+                observer.call_ended(call)
+            except Exception:
+                logger.exception("an observer failed on a call of '%s'", call.name)
+        call.arguments = None  # a kept call holds no more than its result
+
+    def _forget_replays(self) -> None:
+        """Forget finished calls past the linger, and the oldest past the global budget (`max_replay_chars`):
+        results kept for replay are bounded in total, whatever the number of sessions and clients."""
+        horizon = time.monotonic() - self.settings.call_linger
+        replayable = self._replayable
+        while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0].ended_at < horizon):
+            call = replayable.popleft()
+            self.replay_chars -= call.size
+            if call.episode.calls.get(call.id) is call:
+                del call.episode.calls[call.id]  # a waiter holding the call still gets its result
+
+
+def _busy(name: str) -> ToolRejected:
+    return ToolRejected(
+        "session_busy",
+        f"'{name}' was not run: an earlier call in this session timed out and is still running; "
+        "try again when it ends, or reset or delete the session.",
+    )
+
+
+def _ended(name: str) -> ToolRejected:
+    return ToolRejected("session_ended", f"'{name}' was not run: the episode has ended.")
+
+
+def _record_step(episode: Episode, step: ToolOutput) -> None:
+    """Record a CodeAct step: its tool calls were recorded one by one already, so the step only sets what a
+    client reads as "the last reward" (their sum) and the info."""
+    episode.last_reward = float(step.reward or 0.0)
+    episode.info = dict(step.metadata or {})
+
+
+def _record(episode: Episode, result: CallResult) -> None:
+    if not isinstance(result, ToolOutput):
+        # A failed call earns nothing, so a client reading "the last reward" does not count one twice.
+        if not (isinstance(result, ToolRejected) and result.reason == "episode_finished"):
+            episode.last_reward = 0.0
+        return
+    episode.step_count += 1
+    episode.last_reward = float(result.reward or 0.0)
+    episode.total_reward += episode.last_reward
+    episode.info = dict(result.metadata or {})
+    if result.finished:
+        episode.state = State.FINISHED
+        episode.truncated = result.truncated
+
+
+__all__ = [
+    "CallResult",
+    "Calls",
+    "EpisodeEnd",
+    "Observer",
+    "Reason",
+    "ToolCall",
+    "ToolCrashed",
+    "ToolRejected",
+    "outcome",
+    "wall_clock",
+]
