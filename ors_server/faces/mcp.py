@@ -200,6 +200,13 @@ def render(name: str, result: ToolOutput | ToolRejected | ToolCrashed) -> types.
 
 
 TASK_PROMPT = types.Prompt(name="task", description="The task statement of this MCP session's episode.")
+TASK_RESOURCE = types.Resource(
+    uri="ors://task",
+    name="task",
+    description="The task statement of the episode, as the prompt 'task' gives it (text, and images as blobs).",
+    mime_type="text/plain",
+)
+"""The task as a resource: its statement, never the task spec (which may hold the answer a reward checks)."""
 
 
 def _content(block: TextBlock | ImageBlock) -> types.TextContent | types.ImageContent:
@@ -319,6 +326,8 @@ class McpFace:
             on_call_tool=self._call_tool,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
         )
         self.server.middleware.append(self._instructions)
         # No tool declares `x-mcp-header` parameters, so there are no `Mcp-Param-*` headers to check: without
@@ -651,6 +660,33 @@ class McpFace:
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
         messages = [types.PromptMessage(role="user", content=_content(block)) for block in blocks]
         return types.GetPromptResult(description=TASK_PROMPT.description, messages=messages)
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[TASK_RESOURCE])
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """The bound (or named) episode's task statement: one text content per text block, one blob per image."""
+        uri = str(params.uri)
+        if uri != TASK_RESOURCE.uri:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource {uri!r}: the resource is 'ors://task'")
+        try:
+            session = await self._session_for(ctx)
+            blocks = await self.store.read_prompt(session)
+        except _NoEpisode as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except OrsError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
+        contents: list[types.TextResourceContents | types.BlobResourceContents] = [
+            types.BlobResourceContents(uri=uri, mime_type=block.mimeType, blob=block.data)
+            if isinstance(block, ImageBlock)
+            else types.TextResourceContents(uri=uri, mime_type="text/plain", text=block.text)
+            for block in blocks
+        ]
+        return types.ReadResourceResult(contents=contents)
 
     async def _session_for(self, ctx: ServerRequestContext[Any, Any]) -> Session:
         transport_id, binding = self._binding(ctx)

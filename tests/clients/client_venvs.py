@@ -32,6 +32,8 @@ VENVS: dict[str, tuple[str, ...]] = {
     "eval-protocol": ("eval-protocol==0.3.33",),
     # openenv 0.10 pins mcp 1.x and fastmcp 3.x; its CLI (`openenv validate`) ships in the same wheel.
     "openenv": ("openenv==0.10.0",),
+    # fastmcp 4 speaks both MCP eras (mcp 2.x): its Client probes server/discover, as mcp's own does.
+    "fastmcp": ("fastmcp==4.2.3",),
     # Our own client, installed from this checkout's client/ and nothing else: what a trainer's venv gets.
     "ors-client": (str(REPO / "client"),),
 }

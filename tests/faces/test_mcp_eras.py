@@ -134,3 +134,44 @@ async def test_a_2025_transport_opened_on_one_episode_url_is_refused_on_another(
             home = await http.post(f"{base}/frozen_lake/mcp/episodes/{one}", json=body, headers=headers)
     assert elsewhere.status_code == 404 and elsewhere.json()["error"]["message"] == "Session not found"
     assert home.status_code == 200 and json.loads(home.text)["result"]["tools"][0]["name"] == "lake_move"
+
+
+@pytest.mark.parametrize("mode", ["auto", CURRENT, "legacy"])
+async def test_the_task_statement_is_the_prompt_task_and_the_resource_ors_task_in_both_eras(mode):
+    with lake_server() as base:
+        async with httpx.AsyncClient() as http:
+            sid = await create(http, base, "counter", {"start": 40})
+            statement = [
+                block["text"]
+                for block in (await http.get(f"{base}/counter/prompt", headers={"X-Session-ID": sid})).json()
+            ]
+        async with Client(f"{base}/counter/mcp/episodes/{sid}", mode=mode) as client:
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["task"]
+            prompt = await client.get_prompt("task")
+            assert [r.uri for r in (await client.list_resources()).resources] == ["ors://task"]
+            resource = await client.read_resource("ors://task")
+            with pytest.raises(MCPError):
+                await client.read_resource("ors://other")
+    assert statement == ["count from 40", "use increment"]
+    assert [m.content.text for m in prompt.messages] == statement
+    assert [c.text for c in resource.contents] == statement
+    assert {c.mime_type for c in resource.contents} == {"text/plain"}
+
+
+async def test_a_2025_protocol_session_reads_its_own_episodes_task_as_the_resource():
+    with lake_server() as base:
+        async with Client(f"{base}/counter/mcp", mode="legacy") as client:
+            await client.call_tool("increment", {"by": 2})
+            resource = await client.read_resource("ors://task")
+            prompt = await client.get_prompt("task")
+    assert [c.text for c in resource.contents] == [m.content.text for m in prompt.messages]
+    assert resource.contents[0].text == "count from 2"
+
+
+async def test_reading_the_task_resource_naming_no_episode_says_how_to_name_one():
+    with lake_server() as base:
+        async with Client(f"{base}/counter/mcp") as client:
+            assert [r.name for r in (await client.list_resources()).resources] == ["task"]
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource("ors://task")
+    assert "/counter/mcp/episodes/<session_id>" in refused.value.error.message
