@@ -3,11 +3,17 @@ through CodeAct (`tests/codeact/`) and the shell environment (`tests/environment
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from pathlib import Path
 
-from ors_server.sandbox import remove_tree, sweep_orphans
+import pytest
+from starlette.testclient import TestClient
+
+from ors_server.app import create_app
+from ors_server.sandbox import ENFORCEMENT, remove_tree, sweep_orphans
+from tests.faces.mcp_helpers import Counter
 
 
 def test_removing_a_directory_already_gone_leaves_its_parent_alone(tmp_path: Path) -> None:
@@ -28,3 +34,10 @@ def test_a_sweep_removes_directories_of_gone_servers_only(tmp_path: Path) -> Non
         (path / "work").mkdir(parents=True)
     assert sweep_orphans(str(tmp_path)) == 1
     assert live.exists() and other.exists() and not recycled.exists()
+
+
+def test_a_starting_server_says_what_enforces_the_sandboxes_limits(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="ors_server.sandbox"):
+        with TestClient(create_app([Counter])) as client:
+            assert client.get("/health").status_code == 200
+    assert any(r.getMessage() == f"agent sandboxes: limits enforced by {ENFORCEMENT}" for r in caplog.records)
