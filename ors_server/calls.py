@@ -454,7 +454,8 @@ class Calls:
         with anyio.CancelScope() as scope:
             episode.step = scope  # cancelled (its sandbox killed) when the episode ends
             try:
-                return await execute_code(code, tools, call_tool, self.settings, session.redact, session.id)
+                pool = self.store.codeact_pool
+                return await execute_code(code, tools, call_tool, self.settings, session.redact, session.id, pool)
             except StepFailed as exc:
                 return ToolCrashed(str(exc))
             finally:

@@ -36,6 +36,8 @@ import anyio
 import anyio.abc
 from pydantic import TypeAdapter
 
+from ors_server.codeact.pool import SandboxPool
+from ors_server.codeact.sandbox import sandbox_mode
 from ors_server.compose.catalogue import Catalogue
 from ors_server.compose.toolbox import Toolbox
 from ors_server.environment import Environment
@@ -266,6 +268,10 @@ class SessionStore:
         """Told of every episode's start and end (the call pipeline's observers: `Calls.observe`)."""
         self.on_sweep: list[Callable[[], None]] = []
         """Called at every pass of the reaper (the call pipeline forgets old calls kept for replay)."""
+        self.codeact_pool = SandboxPool(
+            settings.codeact_pool, sandbox_mode(settings.codeact_sandbox), settings.codeact_disk_bytes
+        )
+        """Sandboxes started ahead of time for CodeAct steps (each used by one step, then destroyed)."""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -286,7 +292,8 @@ class SessionStore:
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[SessionStore]:
-        async with anyio.create_task_group() as task_group:
+        # The pool is closed last, after every session (and so every step) has ended: no member outlives the store.
+        async with self.codeact_pool.run(fill=self.settings.codeact), anyio.create_task_group() as task_group:
             self._task_group = task_group
             task_group.start_soon(self._reap_forever)
             try:

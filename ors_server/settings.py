@@ -245,6 +245,14 @@ class Sandbox:
         metavar="N",
     )
     """The size of a step's /tmp, the only place it can write (a tmpfs, so memory; the rest is read-only)."""
+    codeact_pool: int = setting(
+        2,
+        "sandboxes started ahead of time for execute_code steps, each used by one step then destroyed (0: none)",
+        rule="not_negative",
+        metavar="N",
+    )
+    """Sandboxes started ahead of time so a step need not wait for one (`codeact/pool.py`). Each serves one step
+    and is then destroyed; idle, each holds one waiting Python process (~10 MB) and its empty /tmp."""
     codeact_output_chars: int = setting(64 * 1024, rule="at_least_1")
     """What a step prints, and its value, are each cut to this many characters."""
 

@@ -3,6 +3,7 @@
 It is started as `python -I -S -c <this file's source>`, so it uses the standard library only and imports
 nothing of the server. It talks to the parent over its stdin/stdout with JSON lines:
 
+    child  -> parent  {"ready": true}                               started, waiting for its request
     parent -> child   {"code": str, "tools": [{"name", "description", "params": [str]}], "limits": {...}}
     child  -> parent  {"call": name, "arguments": {...}}            a tool call from the code
     parent -> child   {"ok": value} | {"error": message}            its answer
@@ -109,6 +110,9 @@ def main():
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
+    # Started and waiting: a pooled sandbox is handed out only once this line has come.
+    proto_out.write('{"ready": true}\n')
+    proto_out.flush()
     request = json.loads(proto_in.readline())
     limits = request.get("limits", {})
     output = CappedText(int(limits.get("output_chars", 65536)))

@@ -23,7 +23,8 @@ import subprocess
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import Process
@@ -31,6 +32,9 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ors_server.codeact.sandbox import SandboxMode, check_sandbox, launch
 from ors_server.sandbox import Resources, closing_fd, private_dir, remove_tree, seccomp_fd
+
+if TYPE_CHECKING:
+    from ors_server.codeact.pool import SandboxPool
 
 KILL_WAIT = 5.0
 STDERR_KEEP = 4096
@@ -104,29 +108,49 @@ def _rlimits(limits: Limits, sandbox: SandboxMode) -> dict[str, int]:
     return rlimits
 
 
-class _ProtocolError(Exception):
+class ProtocolError(Exception):
     pass
 
 
-async def run_step(
-    code: str,
-    tools: Sequence[ToolSpec],
-    call_tool: ToolCaller,
-    *,
-    limits: Limits,
-    sandbox: SandboxMode = "bwrap",
-) -> StepResult:
-    """Run `code` as one step and return what it printed and returned, or why it failed.
+@dataclass
+class Started:
+    """A step's sandboxed process, started and waiting for its request (the child reads it before anything
+    else), and the private directory of the bare mode."""
 
-    Never raises for anything the code does; raises `SandboxUnavailable` if the sandbox cannot start.
-    """
-    check_sandbox(sandbox)
-    result = StepResult()
+    process: Process
+    workdir: Path
+    sandbox: SandboxMode
+    tmp_bytes: int
+    ready: bool = False
+    """Whether the child said it waits for its request (its interpreter has started)."""
+
+    def __post_init__(self) -> None:
+        assert self.process.stdout is not None
+        self.reader = BufferedByteReceiveStream(self.process.stdout)
+
+    async def wait_ready(self, max_bytes: int) -> None:
+        """Read the child's first line, `{"ready": true}`; raises `ProtocolError` for anything else, and the
+        stream errors when the process died."""
+        if (await _receive(self.reader, max_bytes)).get("ready") is not True:
+            raise ProtocolError("a first message that is not 'ready'")
+        self.ready = True
+
+    async def destroy(self) -> None:
+        """Kill the process group and remove the directory; the sandbox is never used again."""
+        try:
+            await _kill(self.process)
+        finally:
+            remove_tree(self.workdir)
+
+
+async def start_sandbox(sandbox: SandboxMode, tmp_bytes: int) -> Started:
+    """Start one step's sandbox: it then waits for its request on stdin, idle (no limit is spent waiting but the
+    few milliseconds of CPU its start took, which counted against RLIMIT_CPU before the pool existed too)."""
     workdir = private_dir("codeact")
     try:
         # bwrap reads the filter once, at its start: the fd is closed as soon as the process runs.
         with closing_fd(seccomp_fd(no_fork=True) if sandbox == "bwrap" else None) as seccomp:
-            how = launch(sandbox, child_program(), str(workdir), seccomp, tmp_bytes=limits.tmp_bytes)
+            how = launch(sandbox, child_program(), str(workdir), seccomp, tmp_bytes=tmp_bytes)
             process = await anyio.open_process(
                 how.argv,
                 stdin=subprocess.PIPE,
@@ -137,25 +161,50 @@ async def run_step(
                 start_new_session=True,  # one process group: the kill reaches everything the step started
                 pass_fds=how.pass_fds,
             )
-        try:
-            async with anyio.create_task_group() as task_group:
-                task_group.start_soon(_drain_stderr, process, result)
-                with anyio.move_on_after(limits.timeout) as scope:
-                    await _converse(process, code, tools, call_tool, limits, _rlimits(limits, sandbox), result)
-                if scope.cancelled_caught:
-                    result.error = f"TimeoutError: the code did not finish within {limits.timeout:g} s and was stopped"
-                await _kill(process)
-        finally:
-            # Also when the caller is cancelled (its session ended): the kill comes first, before any wait.
-            with anyio.CancelScope(shield=True):
-                await _kill(process)
-    finally:
+    except BaseException:
         remove_tree(workdir)
+        raise
+    return Started(process, workdir, sandbox, tmp_bytes)
+
+
+async def run_step(
+    code: str,
+    tools: Sequence[ToolSpec],
+    call_tool: ToolCaller,
+    *,
+    limits: Limits,
+    sandbox: SandboxMode = "bwrap",
+    pool: SandboxPool | None = None,
+) -> StepResult:
+    """Run `code` as one step and return what it printed and returned, or why it failed. With a `pool`, the step
+    takes one of its pre-started sandboxes when one matches (else it starts its own); either way the sandbox
+    runs this step only and is destroyed with it.
+
+    Never raises for anything the code does; raises `SandboxUnavailable` if the sandbox cannot start.
+    """
+    check_sandbox(sandbox)
+    result = StepResult()
+    started = await pool.take(sandbox, limits.tmp_bytes) if pool is not None else None
+    if started is None:
+        started = await start_sandbox(sandbox, limits.tmp_bytes)
+    process = started.process
+    try:
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(_drain_stderr, process, result)
+            with anyio.move_on_after(limits.timeout) as scope:
+                await _converse(started, code, tools, call_tool, limits, _rlimits(limits, sandbox), result)
+            if scope.cancelled_caught:
+                result.error = f"TimeoutError: the code did not finish within {limits.timeout:g} s and was stopped"
+            await _kill(process)
+    finally:
+        # Also when the caller is cancelled (its session ended): the kill comes first, before any wait.
+        with anyio.CancelScope(shield=True):
+            await started.destroy()
     return result
 
 
 async def _converse(
-    process: Process,
+    started: Started,
     code: str,
     tools: Sequence[ToolSpec],
     call_tool: ToolCaller,
@@ -163,7 +212,8 @@ async def _converse(
     rlimits: dict[str, int],
     result: StepResult,
 ) -> None:
-    assert process.stdin is not None and process.stdout is not None
+    process, reader = started.process, started.reader
+    assert process.stdin is not None
     request = {
         "code": code,
         "tools": [{"name": t.name, "description": t.description, "params": list(t.params)} for t in tools],
@@ -173,17 +223,18 @@ async def _converse(
             "memory_bytes": limits.memory_bytes,
         },
     }
-    reader = BufferedByteReceiveStream(process.stdout)
     try:
+        if not started.ready:
+            await started.wait_ready(limits.message_bytes)
         await process.stdin.send(json.dumps(request).encode() + b"\n")
         while True:
-            message = await _receive(reader, limits)
+            message = await _receive(reader, limits.message_bytes)
             if "done" in message:
                 _finish(message["done"], limits, result)
                 return
             name, arguments = message.get("call"), message.get("arguments")
             if not isinstance(name, str) or not isinstance(arguments, dict):
-                raise _ProtocolError("a message that is neither a tool call nor the result")
+                raise ProtocolError("a message that is neither a tool call nor the result")
             result.tool_calls += 1
             try:
                 answer: dict[str, Any] = {"ok": await call_tool(name, arguments)}
@@ -193,32 +244,32 @@ async def _converse(
     except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
         returncode = await _returncode(process)
         result.error = _death(returncode, limits)
-    except _ProtocolError as exc:
+    except ProtocolError as exc:
         result.error = f"the code's process broke the protocol ({exc}) and was stopped"
 
 
-async def _receive(reader: BufferedByteReceiveStream, limits: Limits) -> dict[str, Any]:
+async def _receive(reader: BufferedByteReceiveStream, max_bytes: int) -> dict[str, Any]:
     try:
-        line = await reader.receive_until(b"\n", limits.message_bytes)
+        line = await reader.receive_until(b"\n", max_bytes)
     except anyio.DelimiterNotFound:
-        raise _ProtocolError(f"a message larger than {limits.message_bytes} bytes") from None
+        raise ProtocolError(f"a message larger than {max_bytes} bytes") from None
     try:
         message = json.loads(line)
     except ValueError:
-        raise _ProtocolError("a message that is not JSON") from None
+        raise ProtocolError("a message that is not JSON") from None
     if not isinstance(message, dict):
-        raise _ProtocolError("a message that is not an object")
+        raise ProtocolError("a message that is not an object")
     return message
 
 
 def _finish(done: Any, limits: Limits, result: StepResult) -> None:
     if not isinstance(done, dict):
-        raise _ProtocolError("a result that is not an object")
+        raise ProtocolError("a result that is not an object")
     cap = limits.output_chars + 200  # the child's own truncation note fits in the margin
     for key in ("output", "value", "error"):
         value = done.get(key)
         if value is not None and not isinstance(value, str):
-            raise _ProtocolError(f"a result whose {key} is not text")
+            raise ProtocolError(f"a result whose {key} is not text")
         if isinstance(value, str) and len(value) > cap:
             value = value[:cap]
         setattr(result, key, value if key != "output" else (value or ""))

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from ors_server.codeact.executor import Limits, ToolCallFailed, run_step
+from ors_server.codeact.pool import SandboxPool
 from ors_server.codeact.sandbox import SandboxUnavailable, sandbox_mode
 from ors_server.codeact.tool import EXECUTE_CODE_TOOL, observation, tool_specs, tool_value
 from ors_server.environment import ToolDef
@@ -57,8 +58,10 @@ async def execute_code(
     settings: Settings,
     redact: Callable[[str], str],
     session_id: str,
+    pool: SandboxPool | None = None,
 ) -> ToolOutput:
-    """Run `code` as one step with `tools` as its functions; raises StepFailed when there is nothing to report."""
+    """Run `code` as one step with `tools` as its functions, in a sandbox of `pool` when it has one ready; raises
+    StepFailed when there is nothing to report."""
     reward, finished, truncated, succeeded = 0.0, False, False, 0
 
     async def call(name: str, arguments: dict[str, Any]) -> Any:
@@ -75,7 +78,7 @@ async def execute_code(
 
     try:
         sandbox = sandbox_mode(settings.codeact_sandbox)
-        step = await run_step(code, tool_specs(tools), call, limits=limits(settings), sandbox=sandbox)
+        step = await run_step(code, tool_specs(tools), call, limits=limits(settings), sandbox=sandbox, pool=pool)
     except (SandboxUnavailable, OSError) as exc:
         raise StepFailed(f"execute_code could not start: {exc}") from None
     if step.stderr:

@@ -75,15 +75,19 @@ async def exited(pid: int) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("pool", [0, 2])
 @pytest.mark.parametrize("ending", ["deleted", "reaped", "reset", "shutdown"])
-async def test_ending_a_session_kills_its_running_step_at_once(ending: str) -> None:
+async def test_ending_a_session_kills_its_running_step_at_once(ending: str, pool: int) -> None:
     Signals.reached = anyio.Event()
-    settings = Settings(codeact=True, codeact_sandbox=SANDBOX, codeact_timeout=300, shutdown_grace=0)
+    settings = Settings(codeact=True, codeact_sandbox=SANDBOX, codeact_timeout=300, shutdown_grace=0, codeact_pool=pool)
     results: list[Any] = []
     async with StoreWithCalls(settings).run() as store:
         store.create("s", Signals, {}, None)
         session = await store.get_ready("s")
-        before = children()
+        with anyio.fail_after(60):
+            await store.codeact_pool.filled()
+        # The pool's waiting sandboxes are not the step's: the one the step takes is, though started before it.
+        before = children() - store.codeact_pool.pids()
 
         async def run() -> None:
             code = "started()\nimport time\ntime.sleep(3600)"
@@ -93,7 +97,8 @@ async def test_ending_a_session_kills_its_running_step_at_once(ending: str) -> N
             tg.start_soon(run)
             with anyio.fail_after(30):
                 await Signals.reached.wait()
-            step = children() - before
+                await store.codeact_pool.filled()  # the refill behind the step is done: no process starting
+            step = children() - before - store.codeact_pool.pids()
             assert step, "the step's process was not found"
             if ending in ("deleted", "reaped"):  # (the reaper leaves a session alone while a call runs in it)
                 assert await store.discard("s", ending)
