@@ -128,7 +128,9 @@ class ThreadSignals(Signals):
 
 def test_an_openenv_client_that_disconnects_mid_step_leaves_no_step_running() -> None:
     ThreadSignals.reached_in_thread = threading.Event()
-    app = create_app([ThreadSignals], Settings(codeact=True, codeact_sandbox=SANDBOX, codeact_timeout=300))
+    # No pool: its waiting sandboxes are children too, and the pooled step's lifetime is tested above.
+    settings = Settings(codeact=True, codeact_sandbox=SANDBOX, codeact_timeout=300, codeact_pool=0)
+    app = create_app([ThreadSignals], settings)
     with serve(app) as url:
         before = children()
         with connect(url.replace("http://", "ws://") + "/openenv/thread_signals/ws", open_timeout=10) as ws:
