@@ -18,6 +18,7 @@ VENV_FIXTURES = {
     "eval_protocol_python": "eval-protocol",
     "openenv_python": "openenv",
     "ors_client_python": "ors-client",
+    "fastmcp_python": "fastmcp",
 }
 COLD_INSTALL_TIMEOUT = int(client_venvs.INSTALL_TIMEOUT) + 300
 
@@ -45,6 +46,12 @@ def eval_protocol_python() -> Path:
 def openenv_python() -> Path:
     """The python of a venv with `openenv` 0.10.0 (and so `mcp` 1.x and fastmcp 3.x)."""
     return client_venvs.ensure_venv("openenv")
+
+
+@pytest.fixture(scope="session")
+def fastmcp_python() -> Path:
+    """The python of a venv with `fastmcp` 4.2.3 (and so `mcp` 2.x, both MCP eras)."""
+    return client_venvs.ensure_venv("fastmcp")
 
 
 @pytest.fixture(scope="session")

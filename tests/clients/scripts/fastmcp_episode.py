@@ -1,0 +1,70 @@
+"""fastmcp 4 in its default mode (it probes `server/discover`): FrozenLake episodes through an episode URL, through
+`X-Session-ID`, and (forced to 2025) through its protocol session; rewards read from `structuredContent`.
+
+Usage: fastmcp_episode.py ORS_URL
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+
+from _common import post, report
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+MOVES = {"LEFT": (0, -1), "DOWN": (1, 0), "RIGHT": (0, 1), "UP": (-1, 0)}
+
+
+def route(grid: str) -> list[str]:
+    rows = grid.split("\n")
+    start = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "x")
+    routes, frontier = {start: []}, [start]
+    while frontier:
+        r, c = frontier.pop(0)
+        if rows[r][c] == "G":
+            return routes[(r, c)]
+        for name, (dr, dc) in MOVES.items():
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < len(rows) and 0 <= nc < len(rows[0]) and rows[nr][nc] != "H" and (nr, nc) not in routes:
+                routes[(nr, nc)] = [*routes[(r, c)], name]
+                frontier.append((nr, nc))
+    raise RuntimeError(f"no route on {grid!r}")
+
+
+def create(base: str, seed: int) -> str:
+    sid = f"fastmcp-{uuid.uuid4().hex[:12]}"
+    body = json.dumps({"env_name": "frozen_lake", "task_spec": {"seed": seed}}).encode()
+    status, text = post(base, "/create", {"X-Session-ID": sid, "Content-Type": "application/json"}, body)
+    if status != 200:
+        raise RuntimeError(f"/create answered {status}: {text}")
+    return sid
+
+
+async def play(client: Client) -> dict:
+    prompt = (await client.get_prompt("task")).messages[0].content.text
+    grid = json.loads(prompt.split("Initial observation:\n", 1)[1])["grid"]
+    steps = []
+    for action in route(grid):
+        result = await client.call_tool("lake_move", {"action": action})
+        steps.append({"text": result.content[0].text, "structured": result.structured_content})
+    version = getattr(client.session, "protocol_version", None)
+    return {"protocol_version": version, "steps": steps}
+
+
+async def main(base: str) -> dict:
+    out = {}
+    async with Client(f"{base}/frozen_lake/mcp/episodes/{create(base, 3)}") as client:
+        out["episode_url"] = await play(client)
+    transport = StreamableHttpTransport(f"{base}/frozen_lake/mcp", headers={"X-Session-ID": create(base, 4)})
+    async with Client(transport) as client:
+        out["x_session_id"] = await play(client)
+    async with Client(f"{base}/frozen_lake/mcp", mode="legacy") as client:
+        out["protocol_session"] = await play(client)
+    return out
+
+
+if __name__ == "__main__":
+    report(asyncio.run(main(sys.argv[1])))
