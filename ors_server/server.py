@@ -47,12 +47,12 @@ class Server:
         configure_logging(self.settings.log_level)
         host = host or self.settings.host
         try:
-            sock = bind(host, self.settings.port if port is None else port)
+            sockets = listen(host, self.settings.port if port is None else port)
         except CannotListen as exc:
             raise SystemExit(f"ors-server: {exc}") from None
-        config = uvicorn_config(self.app, self.settings, host=host, port=sock.getsockname()[1])
-        announce(sock)
-        UvicornServer(config, on_exit=self.app.state.store.stop_admitting).run(sockets=[sock])
+        config = uvicorn_config(self.app, self.settings, host=host, port=sockets[0].getsockname()[1])
+        announce(sockets)
+        UvicornServer(config, on_exit=self.app.state.store.stop_admitting).run(sockets=sockets)
 
 
 BACKLOG = 2048  # uvicorn's default
@@ -62,21 +62,57 @@ class CannotListen(Exception):
     """The server's address cannot be bound (the message is one line: the address and why)."""
 
 
-def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
-    """A socket bound to `host:port`, for uvicorn to listen on. Binding before anything else starts (workers,
-    fronts, Ray) makes an address in use one clear line in every mode, instead of uvicorn's log line after the
-    workers started, or a traceback."""
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets listening on every address `host` names (a name may have an IPv4 and an IPv6 one, as asyncio and
+    uvicorn bind them), for uvicorn to serve on. Binding before anything else starts (workers, fronts, Ray) makes
+    an address in use one clear line in every mode, instead of uvicorn's log line after the workers started, or a
+    traceback."""
+    infos = _addresses(host, port)
+    sockets: list[socket.socket] = []
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        for family, kind, proto, address in infos:
+            if sockets and port == 0:  # one port for all, the one chosen for the first
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sockets.append(_bound(host, port, family, kind, proto, address, v6only=len(infos) > 1))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """One socket listening on the first address `host` names (`reuse_port`: for a SO_REUSEPORT group)."""
+    family, kind, proto, address = _addresses(host, port)[0]
+    return _bound(host, port, family, kind, proto, address, reuse_port=reuse_port)
+
+
+def _addresses(host: str, port: int) -> list[tuple[int, int, int, Any]]:
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    unique = {(family, address[:2]): (family, kind, proto, address) for family, kind, proto, _, address in infos}
+    return list(unique.values())
+
+
+def _bound(
+    host: str,
+    port: int,
+    family: int,
+    kind: int,
+    proto: int,
+    address: Any,
+    reuse_port: bool = False,
+    v6only: bool = False,
+) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if reuse_port:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if v6only and family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # its IPv4 twin has its own socket
         sock.bind(address)
         # Listening at once holds the address: two sockets only bound with SO_REUSEADDR could share it.
         sock.listen(BACKLOG)
@@ -90,11 +126,12 @@ def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
-def announce(sock: socket.socket) -> None:
+def announce(sockets: list[socket.socket]) -> None:
     """Where the server listens (uvicorn says it only when it binds the address itself)."""
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    logging.getLogger("ors_server").info("serving on http://%s:%d (press CTRL+C to quit)", shown, port)
+    for sock in sockets:
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        logging.getLogger("ors_server").info("serving on http://%s:%d (press CTRL+C to quit)", shown, port)
 
 
 WS_PING_INTERVAL = 20.0

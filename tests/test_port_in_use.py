@@ -60,3 +60,17 @@ def test_a_second_deployment_with_several_fronts_does_not_share_the_port_of_the_
     finally:
         for sock in first:
             sock.close()
+
+
+def test_every_address_of_the_host_is_listened_on_with_one_port() -> None:
+    """As uvicorn binds a name: an empty host (or a name with an IPv4 and an IPv6 address) gets a socket each."""
+    from ors_server.server import listen
+
+    infos = socket.getaddrinfo(None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets = listen("", 0)
+    try:
+        assert {(sock.family, sock.getsockname()[0]) for sock in sockets} == {(i[0], i[4][0]) for i in infos}
+        assert len({sock.getsockname()[1] for sock in sockets}) == 1
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -28,7 +28,7 @@ from ors_server.scale.children import wait_or_kill
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
-from ors_server.server import UvicornServer, announce, bind, configure_logging
+from ors_server.server import UvicornServer, announce, configure_logging, listen
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.workers")
@@ -169,11 +169,11 @@ def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) 
 
         front_processes.serve(envs, settings, count, fronts)
         return
-    sock = bind(settings.host, settings.port)  # before any worker starts: an address in use is one line
+    sockets = listen(settings.host, settings.port)  # before any worker starts: an address in use is one line
     configure_logging(settings.log_level)
     table = WorkerTable(count)
     workers = LocalWorkers(envs, settings, table)
     front = build_front(envs, settings, table, lifespan=workers.run, on_unreachable=workers.unreachable)
-    announce(sock)
+    announce(sockets)
     # A shutdown signal drains the workers first, then the front's own connections close as their replies finish.
-    UvicornServer(front_config(front, settings), on_exit=workers.drain).run(sockets=[sock])
+    UvicornServer(front_config(front, settings), on_exit=workers.drain).run(sockets=sockets)

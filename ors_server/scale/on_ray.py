@@ -28,7 +28,7 @@ from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.table import Address, State, Worker, WorkerTable
-from ors_server.server import UvicornServer, announce, bind, configure_logging, uvicorn_config
+from ors_server.server import UvicornServer, announce, configure_logging, listen, uvicorn_config
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.ray")
@@ -293,7 +293,7 @@ def serve(
 
     `runtime_env` (Ray's: `working_dir`, `py_modules`, `pip`, ...) is the job's, so the controller and every
     worker it starts run in it: that is how a `module:Class` environment reaches the other nodes."""
-    sock = bind(settings.host, settings.port)  # before Ray starts: an address in use is one line
+    sockets = listen(settings.host, settings.port)  # before Ray starts: an address in use is one line
     configure_logging(settings.log_level)
     ray.init(
         address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env
@@ -307,12 +307,12 @@ def serve(
         membership = RayMembership(controller_for(envs, settings, count, placement, cpus, app_dir), table)
         front = build_front(envs, settings, table, lifespan=membership.run, on_unreachable=membership.unreachable)
         membership.front = front
-        announce(sock)
+        announce(sockets)
 
         def detach() -> None:
             # A shutdown signal detaches this front first: the last one drains the workers while fronts relay.
             asyncio.get_event_loop().call_soon_threadsafe(membership.start_detach)
 
-        UvicornServer(front_config(front, settings), on_exit=detach).run(sockets=[sock])
+        UvicornServer(front_config(front, settings), on_exit=detach).run(sockets=sockets)
     finally:
         ray.shutdown()
