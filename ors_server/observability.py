@@ -166,9 +166,12 @@ class Observe:
 
 def _access_line(scope: Scope, status: int, seconds: float, face: str) -> str:
     headers = dict(scope["headers"])
-    session = headers.get(b"x-session-id") or headers.get(b"mcp-session-id") or b"-"
+    path_params = scope.get("path_params") or {}
+    named = path_params.get("session_id")  # an MCP episode URL names its session in the path
+    session = named.encode("latin-1", "replace") if isinstance(named, str) and named else None
+    session = session or headers.get(b"x-session-id") or headers.get(b"mcp-session-id") or b"-"
     state = scope.get("state") or {}
-    env = (scope.get("path_params") or {}).get("env") or state.get("env") or "-"
+    env = path_params.get("env") or state.get("env") or "-"
     fields = {
         "method": scope["method"],
         "path": scope["path"][:200],

@@ -4,6 +4,7 @@ episodes named by their URL or `X-Session-ID` without a protocol session, reward
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 
 import httpx
@@ -175,3 +176,15 @@ async def test_reading_the_task_resource_naming_no_episode_says_how_to_name_one(
             with pytest.raises(MCPError) as refused:
                 await client.read_resource("ors://task")
     assert "/counter/mcp/episodes/<session_id>" in refused.value.error.message
+
+
+async def test_the_access_log_names_the_session_of_an_episode_url(caplog):
+    caplog.set_level(logging.INFO, logger="ors_server.access")
+    with lake_server() as base:
+        async with httpx.AsyncClient() as http:
+            sid = await create(http, base)
+        async with Client(f"{base}/frozen_lake/mcp/episodes/{sid}", mode=CURRENT) as client:
+            await client.call_tool("lake_move", {"action": "DOWN"})
+    lines = [r.getMessage() for r in caplog.records if r.name == "ors_server.access" and "/episodes/" in r.getMessage()]
+    assert lines and all(f"session={sid}" in line for line in lines)
+    assert any("tool=lake_move" in line for line in lines)
