@@ -1,18 +1,27 @@
 """CodeAct against plain tool calls: 20 FrozenLake moves in one `execute_code` step vs 20 MCP `tools/call`s.
 
-    python bench/codeact.py [--sessions 4] [--rounds 5] [--moves 20]
+    python bench/codeact.py [--sessions 1] [--rounds 7] [--moves 20] [--pool N] [--think 0.5]
 
-Starts `ors-server serve --env frozen_lake --codeact` on a free port, then, for the same number of concurrent
-MCP sessions (the `mcp` 2.x client over streamable HTTP), times one round of `--moves` moves made as
-separate `tools/call` round trips against one round made inside a single `execute_code` call. The moves
-(LEFT and UP from the start) bump into the lake's edge, so no episode ends. Prints the median time per round
-of each and their ratio, both measured in this run. The sandbox is bwrap unless `ORS_CODEACT_SANDBOX=none`.
+Starts `ors-server serve --env frozen_lake --codeact --codeact-pool N` on a free port (N defaults to
+`--sessions`), then, for the same number of concurrent MCP sessions, times one round of `--moves` moves made
+
+- as separate `tools/call`s, each on a fresh HTTP connection (a new client per request, as a stateless agent
+  loop sends them; the baseline of the goal, >= 5x),
+- as separate `tools/call`s over one kept connection (the `mcp` 2.x client), for reference,
+- inside a single `execute_code` call (the `mcp` client), its sandbox taken from the pool;
+  and, with `--pool 0` in a second server, the same step starting its own sandbox.
+
+The moves (LEFT and UP from the start) bump into the lake's edge, so no episode ends. Between rounds the bench
+waits `--think` seconds, untimed, as an agent thinks between steps (the pool refills meanwhile). Prints the
+median time per round of each and the ratios, all measured in this run. The sandbox is bwrap unless
+`ORS_CODEACT_SANDBOX=none`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import socket
 import statistics
@@ -37,10 +46,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server() -> Iterator[str]:
+def server(pool: int) -> Iterator[str]:
     port = free_port()
     command = [sys.executable, "-m", "ors_server.cli", "serve", "--env", "frozen_lake", "--codeact"]
-    command += ["--port", str(port), "--log-level", "warning"]
+    command += ["--codeact-pool", str(pool), "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -67,6 +76,40 @@ async def mcp_session(url: str) -> AsyncIterator[ClientSession]:
             yield session
 
 
+HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+def _answer(response: httpx.Response) -> dict:
+    """The JSON-RPC answer, sent as JSON or as the last `data:` line of an SSE stream."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1])
+    return response.json()
+
+
+async def open_protocol_session(url: str) -> dict[str, str]:
+    """Initialize an MCP protocol session (untimed, as the kept-connection client's); its request headers."""
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
+    request = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+    async with httpx.AsyncClient(timeout=60) as http:
+        answer = await http.post(f"{url}/frozen_lake/mcp", headers=HEADERS, json=request)
+        headers = {**HEADERS, "mcp-session-id": answer.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        await http.post(
+            f"{url}/frozen_lake/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+        )
+    return headers
+
+
+async def fresh_connection_calls(http: httpx.AsyncClient, url: str, headers: dict[str, str], moves: int) -> None:
+    """Each `tools/call` on a new TCP connection: `http` keeps none alive. (A new `httpx.AsyncClient` per call
+    would also time the client's own setup, its SSL context among it: tens of milliseconds on this machine.)"""
+    for i in range(moves):
+        request = {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call"}
+        request["params"] = {"name": "lake_move", "arguments": {"action": MOVES[i % 2]}}
+        result = _answer(await http.post(f"{url}/frozen_lake/mcp", headers=headers, json=request))
+        assert "result" in result and not result["result"].get("isError"), result
+
+
 async def tool_calls(session: ClientSession, moves: int) -> None:
     for i in range(moves):
         result = await session.call_tool("lake_move", {"action": MOVES[i % 2]})
@@ -90,36 +133,64 @@ async def timed_round(sessions: list[ClientSession], how, moves: int) -> float:
 
 async def fresh_round(url: str, how, args: argparse.Namespace) -> float:
     # New episodes each round (FrozenLake's step limit would end long-lived ones); connecting is not timed.
+    await anyio.sleep(args.think)
     async with contextlib.AsyncExitStack() as stack:
         sessions = [await stack.enter_async_context(mcp_session(url)) for _ in range(args.sessions)]
         return await timed_round(sessions, how, args.moves)
 
 
-async def measure(url: str, args: argparse.Namespace) -> None:
-    await fresh_round(url, one_step, args)  # warm up both paths
+async def fresh_connections_round(url: str, args: argparse.Namespace) -> float:
+    await anyio.sleep(args.think)
+    sessions = [await open_protocol_session(url) for _ in range(args.sessions)]
+    limits = httpx.Limits(max_keepalive_connections=0)  # the connection is closed after every response
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for headers in sessions:
+                tg.start_soon(fresh_connection_calls, http, url, headers, args.moves)
+        return time.perf_counter() - started
+
+
+async def measure(url: str, unpooled_url: str, args: argparse.Namespace) -> None:
+    await fresh_round(url, one_step, args)  # warm up every path
+    await fresh_round(unpooled_url, one_step, args)
     await fresh_round(url, tool_calls, args)
-    separate, inside = [], []
+    await fresh_connections_round(url, args)
+    fresh, kept, pooled, unpooled = [], [], [], []
     for _ in range(args.rounds):
-        separate.append(await fresh_round(url, tool_calls, args))
-        inside.append(await fresh_round(url, one_step, args))
-    calls, step = statistics.median(separate), statistics.median(inside)
+        fresh.append(await fresh_connections_round(url, args))
+        kept.append(await fresh_round(url, tool_calls, args))
+        pooled.append(await fresh_round(url, one_step, args))
+        unpooled.append(await fresh_round(unpooled_url, one_step, args))
+    m = {
+        name: statistics.median(v)
+        for name, v in [("fresh", fresh), ("kept", kept), ("pooled", pooled), ("unpooled", unpooled)]
+    }
     sandbox = os.environ.get("ORS_CODEACT_SANDBOX") or "bwrap"
     print(
-        f"{args.sessions} sessions x {args.moves} FrozenLake moves, median of {args.rounds} rounds (sandbox {sandbox})"
+        f"{args.sessions} sessions x {args.moves} FrozenLake moves, median of {args.rounds} rounds "
+        f"(sandbox {sandbox}, pool {args.pool}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})"
     )
-    print(f"  {args.moves} MCP tools/call round trips : {calls * 1000:8.1f} ms per round")
-    print(f"  1 execute_code step          : {step * 1000:8.1f} ms per round")
-    print(f"  ratio (tool calls / CodeAct) : {calls / step:8.2f}x")
+    print(f"  {args.moves} tools/call, each on a new connection : {m['fresh'] * 1000:8.1f} ms per round")
+    print(f"  {args.moves} tools/call, one kept connection      : {m['kept'] * 1000:8.1f} ms per round")
+    print(f"  1 execute_code step, pooled sandbox      : {m['pooled'] * 1000:8.1f} ms per round")
+    print(f"  1 execute_code step, --codeact-pool 0    : {m['unpooled'] * 1000:8.1f} ms per round")
+    print(f"  ratio new-connection calls / pooled step : {m['fresh'] / m['pooled']:8.2f}x  (goal >= 5x)")
+    print(f"  ratio kept-connection calls / pooled step: {m['kept'] / m['pooled']:8.2f}x")
+    print(f"  ratio unpooled step / pooled step        : {m['unpooled'] / m['pooled']:8.2f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sessions", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--moves", type=int, default=20)
+    parser.add_argument("--pool", type=int, default=None, help="--codeact-pool of the server (default: --sessions)")
+    parser.add_argument("--think", type=float, default=0.5, help="untimed seconds between rounds")
     args = parser.parse_args()
-    with server() as url:
-        anyio.run(measure, url, args)
+    args.pool = args.sessions if args.pool is None else args.pool
+    with server(args.pool) as url, server(0) as unpooled_url:
+        anyio.run(measure, url, unpooled_url, args)
 
 
 if __name__ == "__main__":
