@@ -180,12 +180,20 @@ def counter_call(path: str):
     return op
 
 
-async def episode(conn: Conn, state: None) -> None:
-    sid = await ors_session(conn, "math", MATH_TASK)
-    headers = {"x-session-id": sid, **JSON}
-    check(*(await conn.request("GET", "/math/prompt", headers=headers))[::2], b"2+2")
-    check(*(await conn.request("POST", "/math/call", SUBMIT, headers))[::2], b'"reward":1.0')
-    check(*(await conn.request("POST", "/delete", headers=headers))[::2])
+def episode(new_connection: bool):
+    """One whole ORS episode; with `new_connection`, on a connection of its own (closed after it), as a client
+    made per episode sends it: the connection's setup is then part of every episode, as the user sees it."""
+
+    async def op(conn: Conn, state: None) -> None:
+        sid = await ors_session(conn, "math", MATH_TASK)
+        headers = {"x-session-id": sid, **JSON}
+        check(*(await conn.request("GET", "/math/prompt", headers=headers))[::2], b"2+2")
+        check(*(await conn.request("POST", "/math/call", SUBMIT, headers))[::2], b'"reward":1.0')
+        check(*(await conn.request("POST", "/delete", headers=headers))[::2])
+        if new_connection:
+            conn.close()
+
+    return op
 
 
 @dataclass
@@ -196,6 +204,7 @@ class Rollout:
     seed: int
     headers: dict[str, str]
     rng: random.Random
+    fresh_control: bool = False
     next_id: int = 1
 
 
@@ -207,7 +216,7 @@ def rpc_result(headers: dict[str, str], body: bytes) -> dict:
     return reply["result"]
 
 
-def rollout_setup(mcp: str, control: str):
+def rollout_setup(mcp: str, control: str, fresh_control: bool):
     async def setup(conn: Conn, i: int) -> Rollout:
         session_id, seed = uuid.uuid4().hex, 1000 + i
         info = {"name": "ors-bench", "version": "1.0", "_extra": {"session_id": session_id, "seed": seed}}
@@ -221,9 +230,24 @@ def rollout_setup(mcp: str, control: str):
         status, _, _ = await conn.request("POST", mcp, note, headers)
         if status not in (200, 202):
             raise ValueError(f"notifications/initialized: {status}")
-        return Rollout(mcp, control, session_id, seed, headers, random.Random(i))
+        return Rollout(mcp, control, session_id, seed, headers, random.Random(i), fresh_control)
 
     return setup
+
+
+async def control_request(
+    conn: Conn, r: Rollout, method: str, path: str, body: bytes, headers: dict[str, str], label: str
+) -> tuple[int, dict[str, str], bytes]:
+    """A control-plane request; with `r.fresh_control` as Eval Protocol's client sends it
+    (`eval_protocol/mcp/client/connection.py`): each on a new `httpx.AsyncClient`, so on a new connection, closed
+    after it. `conn` (the MCP session's, kept) is left alone."""
+    if not r.fresh_control:
+        return await conn.request(method, path, body, headers, label=label)
+    own = Conn(conn.host, conn.port, conn.latencies)
+    try:
+        return await own.request(method, path, body, headers, label=label)
+    finally:
+        own.close()
 
 
 async def rollout_step(conn: Conn, r: Rollout) -> None:
@@ -234,12 +258,15 @@ async def rollout_step(conn: Conn, r: Rollout) -> None:
     if rpc_result(got, check(status, reply)).get("isError"):
         raise ValueError(f"tool error: {reply[:200]!r}")
     control = {"mcp-session-id": r.session_id}
-    check(*(await conn.request("GET", f"{r.control}/reward", headers=control, label="control"))[::2], b"reward")
-    status, _, reply = await conn.request("GET", f"{r.control}/status", headers=control, label="control")
+    reward = await control_request(conn, r, "GET", f"{r.control}/reward", b"", control, "control")
+    check(*reward[::2], b"reward")
+    status, _, reply = await control_request(conn, r, "GET", f"{r.control}/status", b"", control, "control")
     state = json.loads(check(status, reply))
     if state["terminated"] or state["truncated"]:
         reset = json.dumps({"seed": r.seed}).encode()
-        reply = await conn.request("POST", f"{r.control}/reset_session", reset, {**control, **JSON}, label="reset")
+        reply = await control_request(
+            conn, r, "POST", f"{r.control}/reset_session", reset, {**control, **JSON}, "reset"
+        )
         check(*reply[::2])
 
 
@@ -310,6 +337,7 @@ def load(port: int, workers: int, duration: float, setup, op) -> Result:
 
 def plan(workload: str, contender: str, args: argparse.Namespace) -> tuple[int, Setup, Op]:
     """How many workers run which (setup, op) for `contender` in `workload`."""
+    fresh = args.connections == "client"
     match workload, contender:
         case "a", "ceiling":
             return args.workers, no_setup, counter_call("/counter/call")
@@ -320,12 +348,12 @@ def plan(workload: str, contender: str, args: argparse.Namespace) -> tuple[int, 
         case "r", _:
             return args.workers, no_setup, counter_call(RESPONSE_CLASS_PATHS[contender])
         case "b", _:
-            return args.workers, no_setup, episode
+            return args.workers, no_setup, episode(args.connections == "client")
         case "c", "eval-protocol":
-            return args.workers, rollout_setup("/mcp", "/control"), rollout_step
+            return args.workers, rollout_setup("/mcp", "/control", fresh), rollout_step
         case "c" | "e", "ours":
             workers = args.workers if workload == "c" else args.rollouts
-            return workers, rollout_setup("/frozen_lake/mcp/", "/frozen_lake/control"), rollout_step
+            return workers, rollout_setup("/frozen_lake/mcp/", "/frozen_lake/control", fresh), rollout_step
     raise ValueError(f"no plan for {contender} in {workload}")
 
 
@@ -460,6 +488,13 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument(
+        "--connections",
+        choices=("client", "kept"),
+        default="client",
+        help="client: connections as the official clients use them (b: a new one per episode; c: Eval Protocol's "
+        "control requests each on a new one, tools/call on the MCP session's); kept: one per worker throughout",
+    )
     parser.add_argument("--rollouts", type=int, default=256, help="concurrent rollouts in workload e")
     parser.add_argument("--sessions", type=int, default=10_000, help="idle sessions in workload d")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds to wait before reading RSS in d")
