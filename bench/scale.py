@@ -276,7 +276,7 @@ from bench.scale_envs import Burn
 table = WorkerTable(1)
 table.put(Worker(WorkerTag(0, 1), Address(uds=sys.argv[2])))
 checks = HeaderChecks(AllowedHosts(Settings()), None)
-front = Front(table, Refusals([Burn], Settings()), checks=checks, max_body_bytes=1 << 20)
+front = Front(table, Refusals(), checks=checks, max_body_bytes=1 << 20)
 uvicorn.run(front, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", server_header=False)
 """
 

@@ -34,6 +34,9 @@ FACES: list[Callable[[Core], Face]] = [
     control.face,
 ]
 """The protocol faces the server speaks, in the order their routes are tried (see `ors_server.faces`)."""
+SHAPES: list[Callable[[], Face]] = [openenv.shape, ors.shape, mcp.shape, control.shape]
+"""The same faces' routes and error renderers alone, with no core behind them: what a front needs to answer in
+each face's shape (`scale.refusals`). A test holds them to `FACES`."""
 DEFAULT_FACE = "ors"
 """The face that answers requests no face's route matches."""
 

@@ -1,9 +1,17 @@
-"""One way to do each of these things, read from the source: a uvicorn server class, a front builder."""
+"""One way to do each of these things: a uvicorn server class, a front builder (both read from the source), the
+faces as the front knows them."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from pathlib import Path
+from unittest.mock import patch
+
+from starlette.routing import BaseRoute, Mount
+
+from ors_server.app import SHAPES, create_app
+from ors_server.sessions import SessionStore
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ors_server"
 
@@ -40,3 +48,28 @@ def test_the_front_is_built_in_one_place() -> None:
         if isinstance(node, ast.Call) and ast.unparse(node.func) in ("Front", "Refusals")
     ]
     assert found == ["ors_server/scale/assembly.py", "ors_server/scale/assembly.py"]
+
+
+def _paths(routes: Sequence[BaseRoute]) -> list[str]:
+    return [
+        f"{route.path}[{','.join(_paths(route.routes))}]" if isinstance(route, Mount) else getattr(route, "path", "")
+        for route in routes
+    ]
+
+
+def test_the_front_knows_each_face_by_the_same_routes_the_server_serves() -> None:
+    from environments.math import Math
+
+    served = create_app([Math]).state.faces.faces
+    shapes = [shape() for shape in SHAPES]
+    assert [(f.name, _paths(f.routes), f.render_error) for f in served] == [
+        (f.name, _paths(f.routes), f.render_error) for f in shapes
+    ]
+
+
+def test_refusals_build_no_session_store() -> None:
+    from ors_server.scale.refusals import Refusals
+
+    with patch.object(SessionStore, "__init__", side_effect=AssertionError("a store was built")):
+        refusals = Refusals()
+    assert refusals.faces.names == [shape().name for shape in SHAPES]

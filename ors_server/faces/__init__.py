@@ -17,7 +17,9 @@ How to add a face
        sessions only through `core.store` (`open`, `get`, `get_ready`, `reset`, `read_prompt`,
        `initial_observation`, `discard`), call tools only through `core.calls` (`tools`, `start`, `call`,
        `find`, naming the face in `face=`), and raise `OrsError`s; they never build error responses inline.
-    2. Add one line, `<name>.face`, to `FACES` in `ors_server/app.py`.
+    2. Add one line, `<name>.face`, to `FACES` in `ors_server/app.py`, and one, `<name>.shape`, to `SHAPES`:
+       `shape() -> Face` is the same name, routes and renderer with no core behind them (the routes' endpoints
+       may lead nowhere), which is all a scale-out front needs to refuse in the face's shape.
     That is all: the app runs the lifespan, and one table (`FaceTable`) learns which face a request belongs to
     from the faces' routes: the app routes the request among that face's routes (`FaceRouter`), and the Guard
     and Observe middleware render refusals in the face's shape and label metrics with its name.

@@ -184,5 +184,10 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-def face(core: Core) -> Face:
+def shape() -> Face:
+    """The face's routes and error renderer, which need no core (handlers read `request.app.state`)."""
     return Face("control", routes(), render_error)
+
+
+def face(core: Core) -> Face:
+    return shape()

@@ -76,7 +76,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server import wirejson
 from ors_server.calls import Calls, ToolCrashed, ToolRejected
@@ -354,10 +354,7 @@ class McpFace:
     # Wiring.
 
     def routes(self) -> list[BaseRoute]:
-        endpoint = _Endpoint(self)
-        # methods=None: every method reaches the transport, which answers 405 as a JSON-RPC error itself.
-        paths = ("/mcp", "/{env}/mcp", "/mcp/episodes/{session_id}", "/{env}/mcp/episodes/{session_id}")
-        return [Route(path + slash, endpoint, methods=None) for path in paths for slash in ("", "/")]
+        return routes(_Endpoint(self))
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[McpFace]:
@@ -772,6 +769,19 @@ class _Endpoint:
                 await self.face.transport(scope, receive, send)
         except OrsError as exc:
             await _send_error(scope, send, exc)
+
+
+def routes(endpoint: ASGIApp) -> list[BaseRoute]:
+    """The face's routes, every one to `endpoint`."""
+    # methods=None: every method reaches the transport, which answers 405 as a JSON-RPC error itself.
+    paths = ("/mcp", "/{env}/mcp", "/mcp/episodes/{session_id}", "/{env}/mcp/episodes/{session_id}")
+    return [Route(path + slash, endpoint, methods=None) for path in paths for slash in ("", "/")]
+
+
+def shape() -> Face:
+    """The face's routes and error renderer, without a face behind them (what a front needs to refuse): its
+    routes lead nowhere, as a front never serves them."""
+    return Face("mcp", routes(Response(status_code=404)), render_error)
 
 
 def face(core: Core) -> Face:

@@ -378,21 +378,6 @@ class OpenEnvFace:
         """Sessions `openenv/session/close` asked to end while a socket was attached: they end with it."""
         store.on_end.append(self._ended)
 
-    def routes(self) -> list[BaseRoute]:
-        inner: list[BaseRoute] = [
-            WebSocketRoute("/ws", socket_endpoint),
-            Route("/mcp", jsonrpc_endpoint, methods=["POST"]),
-            Route("/health", health),
-            Route("/schema", schema),
-            Route("/metadata", metadata),
-            Route("/openapi.json", openapi),
-            Route("/reset", stateless_reset, methods=["POST"]),
-            Route("/step", stateless_step, methods=["POST"]),
-            Route("/state", stateless_state),
-        ]
-        # `/openenv/{env}/...` cannot match `/openenv/ws` (one segment short), so the order is only for clarity.
-        return [Mount(PREFIX + "/{env}", routes=inner), Mount(PREFIX, routes=inner)]
-
     @asynccontextmanager
     async def run(self) -> AsyncIterator[OpenEnvFace]:
         async with anyio.create_task_group() as task_group:
@@ -885,9 +870,31 @@ async def stateless_state(request: Request) -> Response:
     return JSONResponse({"episode_id": None, "step_count": 0})
 
 
+def routes() -> list[BaseRoute]:
+    """The face's routes; their handlers find the face on `app.state`."""
+    inner: list[BaseRoute] = [
+        WebSocketRoute("/ws", socket_endpoint),
+        Route("/mcp", jsonrpc_endpoint, methods=["POST"]),
+        Route("/health", health),
+        Route("/schema", schema),
+        Route("/metadata", metadata),
+        Route("/openapi.json", openapi),
+        Route("/reset", stateless_reset, methods=["POST"]),
+        Route("/step", stateless_step, methods=["POST"]),
+        Route("/state", stateless_state),
+    ]
+    # `/openenv/{env}/...` cannot match `/openenv/ws` (one segment short), so the order is only for clarity.
+    return [Mount(PREFIX + "/{env}", routes=inner), Mount(PREFIX, routes=inner)]
+
+
+def shape() -> Face:
+    """The face's routes and error renderer, without a face behind them (what a front needs to refuse)."""
+    return Face("openenv", routes(), render_error)
+
+
 def face(core: Core) -> Face:
     openenv = OpenEnvFace(core.registry, core.store, core.calls, core.settings)
-    return Face("openenv", openenv.routes(), render_error, lifespan=openenv.run, state={"openenv": openenv})
+    return Face("openenv", routes(), render_error, lifespan=openenv.run, state={"openenv": openenv})
 
 
 __all__ = ["OpenEnvFace", "face", "render_error"]

@@ -423,9 +423,14 @@ def env_routes() -> list[BaseRoute]:
     return prefixed + bare
 
 
-def face(core: Core) -> Face:
+def shape() -> Face:
+    """The face's routes and error renderer, which need no core (handlers read `request.app.state`)."""
     from ors_server.faces.openapi import openapi
 
     # The hot paths (tool calls) first: Starlette tries routes in order.
     routes = [*env_routes(), *root_routes(), Route("/openapi.json", openapi)]
     return Face("ors", routes, render_error)
+
+
+def face(core: Core) -> Face:
+    return shape()

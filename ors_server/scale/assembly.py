@@ -4,7 +4,7 @@ processes, or beside a Ray cluster. Only what it is told of its workers differs 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -13,7 +13,6 @@ import uvicorn
 from ors_server.guards import HeaderChecks
 from ors_server.hosts import AllowedHosts
 from ors_server.http_limits import BoundedHttpToolsProtocol
-from ors_server.loading import resolve_environments
 from ors_server.scale.front import Front
 from ors_server.scale.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
@@ -24,13 +23,11 @@ from ors_server.ws_limits import BoundedWebSocketProtocol
 
 
 def build_front(
-    envs: Sequence[str],
     settings: Settings,
     table: WorkerTable,
     *,
     lifespan: Callable[[], AbstractAsyncContextManager[Any]],
     on_unreachable: Callable[[Worker], None],
-    app_dir: str | None = None,
     name: str = "0",
     on_placed: Callable[[str, WorkerTag], None] | None = None,
 ) -> Front:
@@ -38,7 +35,7 @@ def build_front(
     (Host, Origin, API key, body size), and refusing in each face's shape."""
     return Front(
         table,
-        Refusals(resolve_environments(envs, app_dir), settings),
+        Refusals(),
         checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
         max_body_bytes=settings.max_body_bytes,
         directory_size=settings.front_directory_size,

@@ -91,12 +91,10 @@ def main() -> None:
     table = WorkerTable(loaded["workers"])
     supervised = SupervisedTable(table, loaded["control_fd"])
     front = build_front(
-        loaded["envs"],
         settings,
         table,
         lifespan=supervised.run,
         on_unreachable=supervised.unreachable,
-        app_dir=loaded["app_dir"],
         name=str(loaded["index"]),
         on_placed=supervised.placed,
     )

@@ -173,7 +173,7 @@ def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) 
     configure_logging(settings.log_level)
     table = WorkerTable(count)
     workers = LocalWorkers(envs, settings, table)
-    front = build_front(envs, settings, table, lifespan=workers.run, on_unreachable=workers.unreachable)
+    front = build_front(settings, table, lifespan=workers.run, on_unreachable=workers.unreachable)
     announce(sockets)
     # A shutdown signal drains the workers first, then the front's own connections close as their replies finish.
     UvicornServer(front_config(front, settings), on_exit=workers.drain).run(sockets=sockets)

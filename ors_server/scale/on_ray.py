@@ -305,7 +305,7 @@ def serve(
         if problem is not None:
             raise LoadError(f"on the Ray cluster: {problem} (a worker's node needs the module: --ray-runtime-env)")
         membership = RayMembership(controller_for(envs, settings, count, placement, cpus, app_dir), table)
-        front = build_front(envs, settings, table, lifespan=membership.run, on_unreachable=membership.unreachable)
+        front = build_front(settings, table, lifespan=membership.run, on_unreachable=membership.unreachable)
         membership.front = front
         announce(sockets)
 

@@ -138,14 +138,13 @@ def test_the_front_closes_its_pool_to_a_worker_once_the_table_says_it_is_dead_or
     from ors_server.hosts import AllowedHosts
     from ors_server.scale.front import Front
     from ors_server.scale.refusals import Refusals
-    from tests.faces.mcp_helpers import Counter
 
     table = WorkerTable(2)
     first, other = WorkerTag(0, 1), WorkerTag(1, 1)
     table.put(Worker(first, Address(uds="/tmp/w0-1.sock")))
     table.put(Worker(other, Address(uds="/tmp/w1-1.sock")))
     checks = HeaderChecks(AllowedHosts(Settings()), None)
-    front = Front(table, Refusals([Counter], Settings()), checks=checks, max_body_bytes=1024)
+    front = Front(table, Refusals(), checks=checks, max_body_bytes=1024)
     old, kept = front._upstream(table.slots[0]), front._upstream(table.slots[1])  # type: ignore[arg-type]
     table.mark(first, State.DEAD)  # learnt from the supervisor's table, not from this front's own request
     table.put(Worker(WorkerTag(0, 2), Address(uds="/tmp/w0-2.sock")))
