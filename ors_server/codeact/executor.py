@@ -200,6 +200,8 @@ async def run_step(
         # Also when the caller is cancelled (its session ended): the kill comes first, before any wait.
         with anyio.CancelScope(shield=True):
             await started.destroy()
+        if pool is not None:
+            pool.refill()
     return result
 
 

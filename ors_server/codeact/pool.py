@@ -5,10 +5,11 @@ bubblewrap flags, same seccomp filter, same uid), started early and left waiting
 rlimits are applied by the child after it reads the request, as in an unpooled step. Each sandbox serves one
 step and is then destroyed (`run_step` kills it): nothing is ever reused across steps or sessions.
 
-Bounded: at most `size` sandboxes exist in the pool at any time, started one after another by one background task
-(never on a call's path). A step that finds the pool empty starts its own, as without a pool. The pool fills at
-startup when the server offers CodeAct to every session, else at the first step. At shutdown, and when the
-server dies (`--die-with-parent`, and the closed stdin pipe ends a waiting child), every member ends with it.
+Bounded: at most `size` sandboxes exist in the pool at any time, started one after another by one background
+task, never on a call's path; a replacement is started once the step that took a sandbox has ended, so that it
+does not compete with that step for CPU. A step that finds the pool empty starts its own, as without a pool. The
+pool fills at startup when the server offers CodeAct to every session, else at the first step. At shutdown, and
+when the server dies (`--die-with-parent`, and the closed stdin pipe ends a waiting child), every member ends with it.
 """
 
 from __future__ import annotations
@@ -91,11 +92,12 @@ class SandboxPool:
         await self._full.wait()
 
     async def take(self, sandbox: SandboxMode, tmp_bytes: int) -> Started | None:
-        """A pre-started sandbox for one step, removed from the pool (which refills behind it), or None when the
-        pool has none of this kind ready: the caller then starts its own."""
+        """A pre-started sandbox for one step, removed from the pool, or None when the pool has none of this kind
+        ready: the caller then starts its own. The caller calls `refill` when its step has ended."""
         if self._task_group is None or (sandbox, tmp_bytes) != (self.sandbox, self.tmp_bytes):
             return None
-        self._wanted.set()
+        if not self._ready:
+            self._wanted.set()  # none ready: fill now (the first step of a server started without --codeact)
         while self._ready:
             started = self._ready.popleft()
             self._full = anyio.Event()
@@ -104,6 +106,11 @@ class SandboxPool:
                 return started
             await started.destroy()  # died while waiting (killed from outside): never hand it out
         return None
+
+    def refill(self) -> None:
+        """Start replacing what steps took. `run_step` calls it once its step has ended, so that starting the
+        replacement (a few hundred milliseconds of CPU on a loaded machine) does not compete with that step."""
+        self._wanted.set()
 
     async def _refill_forever(self) -> None:
         while not self._broken:
