@@ -78,20 +78,13 @@ def create_app(
     ]
     if settings.worker_tag is not None:
         # Behind a front: answer its lookups and report this worker's load on every reply (`scale.lookup`).
-        mcp_face = next((f.state["mcp"] for f in faces_table.faces if "mcp" in f.state), None)
-        middleware.append(
-            Middleware(
-                WorkerSide,
-                store=store,
-                calls=calls,
-                transport_key=mcp_face.key_for if mcp_face is not None else lambda _key: None,
-            )
-        )
+        middleware.append(Middleware(WorkerSide, store=store, calls=calls, transport_key=core.aliases.key_for))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=_handlers(faces_table))
     app.state.settings = settings
     app.state.registry = registry
     app.state.store = store
     app.state.calls = calls
+    app.state.aliases = core.aliases
     app.state.faces = faces_table
     for face in faces_table.faces:
         for name, value in face.state.items():

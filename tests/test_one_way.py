@@ -73,3 +73,28 @@ def test_refusals_build_no_session_store() -> None:
     with patch.object(SessionStore, "__init__", side_effect=AssertionError("a store was built")):
         refusals = Refusals()
     assert refusals.faces.names == [shape().name for shape in SHAPES]
+
+
+def _state_reads(tree: ast.Module) -> list[str]:
+    """The names read from `app.state`, as attributes or through getattr."""
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value).endswith("app.state"):
+            names.append(node.attr)
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) == "getattr" and len(node.args) >= 2:
+            target, name = node.args[0], node.args[1]
+            if ast.unparse(target).endswith("app.state") and isinstance(name, ast.Constant):
+                names.append(str(name.value))
+    return names
+
+
+def test_faces_reach_one_another_only_through_the_core() -> None:
+    # A face's own objects on app.state (the MCP face's "mcp", the OpenEnv face's "openenv") are its own to read.
+    owners = {"mcp": "ors_server/faces/mcp.py", "openenv": "ors_server/faces/openenv.py"}
+    found = [
+        f"{name} reads app.state.{attr}"
+        for name, tree in _modules()
+        for attr in _state_reads(tree)
+        if attr in owners and owners[attr] != name
+    ]
+    assert found == []

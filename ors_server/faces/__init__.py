@@ -45,6 +45,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, NoMatchFound, Router
 from starlette.types import Receive, Scope, Send
 
+from ors_server.aliases import Aliases
 from ors_server.calls import Calls
 from ors_server.errors import OrsError
 from ors_server.registry import Registry
@@ -60,6 +61,8 @@ class Core:
     store: SessionStore
     calls: Calls
     settings: Settings
+    aliases: Aliases = field(default_factory=Aliases)
+    """Other names of sessions, by the face that gave them (faces reach each other's names only here)."""
 
 
 ErrorRenderer = Callable[[OrsError], Response]

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ors_server import wirejson
+from ors_server.aliases import Aliases
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionExpired, SessionNotFound
 from ors_server.faces import Core, Face
@@ -88,9 +89,8 @@ def _key(request: Request) -> str:
     raw = _raw_key(request)
     if not raw:
         raise _MissingHeader()
-    mcp = getattr(request.app.state, "mcp", None)
-    mapped = mcp.key_for(raw) if mcp is not None else None
-    return mapped or raw
+    aliases: Aliases = request.app.state.aliases
+    return aliases.key_for(raw) or raw
 
 
 def _env(request: Request) -> type[Environment]:

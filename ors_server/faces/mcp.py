@@ -786,6 +786,7 @@ def shape() -> Face:
 
 def face(core: Core) -> Face:
     mcp = McpFace(core.registry, core.store, core.calls, core.settings)
+    core.aliases.add(mcp.key_for)  # the control plane and a front's lookups accept transport ids
     return Face("mcp", mcp.routes(), render_error, lifespan=mcp.run, state={"mcp": mcp})
 
 
