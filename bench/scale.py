@@ -267,7 +267,7 @@ import uvicorn
 from ors_server.guards import HeaderChecks
 from ors_server.hosts import AllowedHosts
 from ors_server.scale.front import Front
-from ors_server.scale.ids import WorkerTag
+from ors_server.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Address, Worker, WorkerTable
 from ors_server.settings import Settings
@@ -509,8 +509,8 @@ def lookup(args: argparse.Namespace) -> None:
     print(f"  added by the lookup, first request: {p50(first) - p50(later):+.3f}; later requests: none (a dict hit)")
     print(f"  POST /create with a new client-chosen id through the front: {p50(creates):.3f}")
     print(f"  the same on a worker's own socket, no front:               {p50(direct_creates):.3f}")
+    from ors_server.ids import WorkerTag
     from ors_server.scale.directory import Directory
-    from ors_server.scale.ids import WorkerTag
 
     directory, tag = Directory(), WorkerTag(0, 1)
     keys = [f"key-{i}" for i in range(100_000)]

@@ -1,13 +1,38 @@
 """ors-server: serve RL environments for LLM agents as sessions, over ORS, MCP and Eval Protocol's control plane.
 
-What an environment author imports lives here; everything else in the package is internal.
+What an environment author imports lives here; everything else in the package is internal. Each name is imported
+on first use (PEP 562 `__getattr__`), so `from ors_server import Environment, tool` loads neither the web server
+(uvicorn, Starlette), the MCP SDK nor Gymnasium: only `Server` brings the server, and `GymEnvironment` Gymnasium
+(tests/test_lazy_import.py). Importing any module of the package runs this file first, which is one more reason
+it imports nothing itself.
 """
 
-from ors_server.compose import HttpServer, StdioServer
-from ors_server.environment import Environment, tool
-from ors_server.gym import GymEnvironment
-from ors_server.server import Server
-from ors_server.types import Blocks, ImageBlock, Split, TextBlock, ToolOutput
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports each on first use
+    from ors_server.compose import HttpServer, StdioServer
+    from ors_server.environment import Environment, tool
+    from ors_server.gym import GymEnvironment
+    from ors_server.server import Server
+    from ors_server.types import Blocks, ImageBlock, Split, TextBlock, ToolOutput
+
+_HOMES = {
+    "Blocks": "ors_server.types",
+    "Environment": "ors_server.environment",
+    "GymEnvironment": "ors_server.gym",
+    "HttpServer": "ors_server.compose.servers",
+    "ImageBlock": "ors_server.types",
+    "Server": "ors_server.server",
+    "Split": "ors_server.types",
+    "StdioServer": "ors_server.compose.servers",
+    "TextBlock": "ors_server.types",
+    "ToolOutput": "ors_server.types",
+    "tool": "ors_server.environment",
+}
+"""Where each public name is defined."""
 
 __all__ = [
     "Blocks",
@@ -22,3 +47,16 @@ __all__ = [
     "ToolOutput",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'ors_server' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # imported once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

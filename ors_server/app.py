@@ -20,10 +20,10 @@ from ors_server.errors import OrsError, Refused
 from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, mcp, openenv, ors
 from ors_server.guards import Guard
 from ors_server.hosts import AllowedHosts
+from ors_server.lookup import WorkerSide
 from ors_server.observability import Metrics, Observe
 from ors_server.registry import Registry
 from ors_server.sandbox import sweep_orphans
-from ors_server.scale.lookup import WorkerSide
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
@@ -77,7 +77,7 @@ def create_app(
         ),
     ]
     if settings.worker_tag is not None:
-        # Behind a front: answer its lookups and report this worker's load on every reply (`scale.lookup`).
+        # Behind a front: answer its lookups and report this worker's load on every reply (`ors_server.lookup`).
         middleware.append(Middleware(WorkerSide, store=store, calls=calls, transport_key=core.aliases.key_for))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=_handlers(faces_table))
     app.state.settings = settings

@@ -148,10 +148,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     if settings.ray_runtime_env is not None:
         raise SystemExit("ors-server: --ray-runtime-env needs --ray")
     if settings.workers is not None:
-        from ors_server.scale import local
-
         with _listen_errors():
-            local.serve(args.env, settings, settings.workers, settings.fronts)
+            if settings.fronts > 1:
+                from ors_server.scale import fronts
+
+                fronts.serve(args.env, settings, settings.workers, settings.fronts)
+            else:
+                from ors_server.scale import local
+
+                local.serve(args.env, settings, settings.workers)
         return
     Server(environments, settings).run()
 

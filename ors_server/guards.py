@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server.errors import Refused
-from ors_server.faces import FaceTable
+from ors_server.faces import FaceTable, deny_websocket
 from ors_server.hosts import AllowedHosts
 
 OPEN_PATHS = {"/health"}
@@ -166,13 +166,3 @@ async def refuse_websocket(scope: Scope, receive: Receive, send: Send, refusal: 
         await send({"type": "websocket.close", "code": 1008, "reason": refusal.message.split(":", 1)[0]})
     else:
         await deny_websocket(scope, receive, send, response)
-
-
-async def deny_websocket(scope: Scope, receive: Receive, send: Send, response: Response) -> None:
-    """Refuse a WebSocket handshake with `response` (an HTTP error in the face's own shape), where the server
-    can send one (the ASGI `websocket.http.response` extension, which uvicorn has); elsewhere close the handshake,
-    which the server answers with 403."""
-    if "websocket.http.response" in (scope.get("extensions") or {}):
-        await response(scope, receive, send)
-    else:
-        await send({"type": "websocket.close", "code": 1008, "reason": "refused"})

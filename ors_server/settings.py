@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ors_server.scale.ids import WorkerTag
+from ors_server.ids import WorkerTag
 
 Rule = Literal["positive", "at_least_1", "positive_or_none", "at_least_1_or_none", "not_negative", "any"]
 

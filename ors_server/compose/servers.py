@@ -1,4 +1,8 @@
-"""The MCP tool servers an environment class composes: what an author declares in `mcp_servers`."""
+"""The MCP tool servers an environment class composes: what an author declares in `mcp_servers`.
+
+An author imports these with the rest of the authoring API, so the MCP client and its HTTP stack are imported
+only when a server is connected (`connect`), not when a class declares one (tests/test_lazy_import.py).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,12 @@ import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import httpx2
-from mcp import ClientSession, types
-from mcp.client.streamable_http import streamable_http_client
+if TYPE_CHECKING:  # annotations only: importing them at run time is what `connect` does
+    from mcp import ClientSession
 
-from ors_server.compose.stdio import ServerProcess, open_stdio
+    from ors_server.compose.stdio import ServerProcess
 
 STDERR_LOG_BYTES = 16 * 1024
 """The default of `--tool-server-log-bytes`: how much of one stdio tool server process's stderr is logged."""
@@ -27,7 +31,6 @@ class Connected:
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*")
 """Letters, digits, '-' and single '_': the name prefixes its tools as `<name>__<tool>`, so no '__' in it."""
-CLIENT_INFO = types.Implementation(name="ors-server", version="compose")
 
 
 def _check_name(name: str) -> None:
@@ -61,8 +64,13 @@ class StdioServer:
     @asynccontextmanager
     async def connect(self, log_bytes: int = STDERR_LOG_BYTES) -> AsyncIterator[Connected]:
         """A started process and an initialized MCP client session over its stdio."""
+        from mcp import ClientSession, types
+
+        from ors_server.compose.stdio import open_stdio
+
+        client_info = types.Implementation(name="ors-server", version="compose")
         async with open_stdio(self.name, self.command, self.env, self.cwd, log_bytes) as ((read, write), process):
-            async with ClientSession(read, write, client_info=CLIENT_INFO) as session:
+            async with ClientSession(read, write, client_info=client_info) as session:
                 await session.initialize()
                 yield Connected(session, process)
 
@@ -86,10 +94,15 @@ class HttpServer:
     @asynccontextmanager
     async def connect(self, log_bytes: int = STDERR_LOG_BYTES) -> AsyncIterator[Connected]:
         """An initialized MCP client session (a transport session of the server)."""
+        import httpx2
+        from mcp import ClientSession, types
+        from mcp.client.streamable_http import streamable_http_client
+
+        client_info = types.Implementation(name="ors-server", version="compose")
         # The client the SDK's transport takes (its own defaults: 30 s, and 300 s to read a held stream).
         http = httpx2.AsyncClient(headers=dict(self.headers), timeout=httpx2.Timeout(30, read=300))
         async with http, streamable_http_client(self.url, http_client=http) as (read, write):
-            async with ClientSession(read, write, client_info=CLIENT_INFO) as session:
+            async with ClientSession(read, write, client_info=client_info) as session:
                 await session.initialize()
                 yield Connected(session, None)
 

@@ -170,4 +170,14 @@ class FaceRouter(BaseRoute):
         raise NoMatchFound(name, path_params)
 
 
-__all__ = ["Core", "ErrorRenderer", "Face", "FaceRouter", "FaceTable"]
+async def deny_websocket(scope: Scope, receive: Receive, send: Send, response: Response) -> None:
+    """Refuse a WebSocket handshake with `response` (an HTTP error in the face's own shape), where the server
+    can send one (the ASGI `websocket.http.response` extension, which uvicorn has); elsewhere close the handshake,
+    which the server answers with 403."""
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        await response(scope, receive, send)
+    else:
+        await send({"type": "websocket.close", "code": 1008, "reason": "refused"})
+
+
+__all__ = ["Core", "ErrorRenderer", "Face", "FaceRouter", "FaceTable", "deny_websocket"]

@@ -92,9 +92,9 @@ from ors_server.errors import (
     Unavailable,
 )
 from ors_server.faces import Core, Face
+from ors_server.faces.tagging import public_id, tagged_transport
+from ors_server.ids import worker_tag
 from ors_server.registry import Registry
-from ors_server.scale.ids import worker_tag
-from ors_server.scale.tagging import public_id, tagged_transport
 from ors_server.sessions import Ending, Session, SessionStore
 from ors_server.settings import Settings
 from ors_server.types import ImageBlock, TextBlock, ToolOutput

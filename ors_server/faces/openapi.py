@@ -1,16 +1,30 @@
-"""The ORS face's OpenAPI document, built from the same endpoint table as its routes."""
+"""The ORS face's OpenAPI document, built from the same endpoint table as its routes (`faces.ors.ENDPOINTS`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
-from ors_server.faces.ors import ENDPOINTS, Endpoint
 from ors_server.registry import Registry
 from ors_server.sessions import SESSION_ID
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route of the ORS face: the router and this document are both built from a table of these."""
+
+    path: str
+    handler: Any
+    method: str
+    summary: str
+    body: type[BaseModel] | None = None
+    session: bool = False
+    per_env: bool = False
+    """Served as `/{env}/path` for every environment and as the bare path."""
+
 
 _ERROR = {"type": "object", "properties": {"detail": {}}, "required": ["detail"]}
 _SSE_PATHS = {"/call"}
@@ -59,11 +73,11 @@ def _operation(endpoint: Endpoint, env_param: dict[str, Any] | None, components:
     return operation
 
 
-def openapi_document(registry: Registry) -> dict[str, Any]:
+def openapi_document(registry: Registry, endpoints: Sequence[Endpoint]) -> dict[str, Any]:
     components: dict[str, Any] = {}
     paths: dict[str, Any] = {}
     env_param = {"name": "env", "in": "path", "required": True, "schema": {"type": "string", "enum": registry.names}}
-    for endpoint in ENDPOINTS:
+    for endpoint in endpoints:
         method = endpoint.method.lower()
         paths.setdefault(endpoint.path, {})[method] = _operation(endpoint, None, components)
         if endpoint.per_env:
@@ -74,7 +88,3 @@ def openapi_document(registry: Registry) -> dict[str, Any]:
         "paths": paths,
         "components": {"schemas": components},
     }
-
-
-async def openapi(request: Request) -> Response:
-    return JSONResponse(openapi_document(request.app.state.registry))

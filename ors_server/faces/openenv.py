@@ -53,7 +53,7 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ors_server import wirejson
+from ors_server import ids, wirejson
 from ors_server.calls import CallResult, Calls, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
@@ -69,11 +69,9 @@ from ors_server.errors import (
     TaskTooLarge,
     Unavailable,
 )
-from ors_server.faces import Core, Face
+from ors_server.faces import Core, Face, deny_websocket
 from ors_server.faces.ors import BodyInvalid, read_body
-from ors_server.guards import deny_websocket
 from ors_server.registry import Registry
-from ors_server.scale import ids
 from ors_server.sessions import Session, SessionStore, State
 from ors_server.settings import Settings
 from ors_server.types import ImageBlock, TextBlock, ToolOutput

@@ -12,7 +12,6 @@ import base64
 import binascii
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -22,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ors_server import sse, wirejson
+from ors_server import ids, sse, wirejson
 from ors_server.calls import CallResult, Calls, ToolCall, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
@@ -33,8 +32,8 @@ from ors_server.errors import (
     Unavailable,
 )
 from ors_server.faces import Core, Face
+from ors_server.faces.openapi import Endpoint, openapi_document
 from ors_server.registry import Registry
-from ors_server.scale import ids
 from ors_server.sessions import Session, SessionStore
 from ors_server.types import Blocks, Split, ToolOutput
 
@@ -378,18 +377,6 @@ def render_error(exc: OrsError) -> Response:
 # Routes: one table, from which both the router and the OpenAPI document are built.
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    path: str
-    handler: Any
-    method: str
-    summary: str
-    body: type[BaseModel] | None = None
-    session: bool = False
-    per_env: bool = False
-    """Served as `/{env}/path` for every environment and as the bare path."""
-
-
 ENDPOINTS = [
     Endpoint("/health", health, "GET", "Liveness"),
     Endpoint("/version", version, "GET", "Server version"),
@@ -423,10 +410,12 @@ def env_routes() -> list[BaseRoute]:
     return prefixed + bare
 
 
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document(_registry(request), ENDPOINTS))
+
+
 def shape() -> Face:
     """The face's routes and error renderer, which need no core (handlers read `request.app.state`)."""
-    from ors_server.faces.openapi import openapi
-
     # The hot paths (tool calls) first: Starlette tries routes in order.
     routes = [*env_routes(), *root_routes(), Route("/openapi.json", openapi)]
     return Face("ors", routes, render_error)

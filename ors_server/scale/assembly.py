@@ -13,8 +13,8 @@ import uvicorn
 from ors_server.guards import HeaderChecks
 from ors_server.hosts import AllowedHosts
 from ors_server.http_limits import BoundedHttpToolsProtocol
+from ors_server.ids import WorkerTag
 from ors_server.scale.front import Front
-from ors_server.scale.ids import WorkerTag
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Worker, WorkerTable
 from ors_server.server import WS_PING_INTERVAL, WS_PING_TIMEOUT

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ors_server.scale.ids import WorkerTag
+from ors_server.ids import WorkerTag
 from ors_server.settings import Settings
 
 DEFAULT_SIZE = Settings.front_directory_size

@@ -27,9 +27,10 @@ from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection
 
 from ors_server.guards import HeaderChecks, refuse_websocket
+from ors_server.ids import WorkerTag, split
+from ors_server.lookup import KEY_HEADER, LOAD_HEADER, LOOKUP_PATH, parse_load
 from ors_server.scale import metrics as merged
 from ors_server.scale.directory import DEFAULT_SIZE, Directory
-from ors_server.scale.ids import WorkerTag, split
 from ors_server.scale.keys import (
     episode_key,
     has_transport_id,
@@ -39,7 +40,6 @@ from ors_server.scale.keys import (
     read_initialize,
     read_params_session,
 )
-from ors_server.scale.lookup import KEY_HEADER, LOAD_HEADER, LOOKUP_PATH, parse_load
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable, probe

@@ -22,10 +22,10 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+from ors_server.ids import WorkerTag
 from ors_server.scale import worker as worker_main
 from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.children import wait_or_kill
-from ors_server.scale.ids import WorkerTag
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
 from ors_server.server import UvicornServer, announce, configure_logging, listen
@@ -160,15 +160,9 @@ class LocalWorkers:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int = 1) -> None:
-    """Serve `envs` from `count` worker processes behind `fronts` fronts on `settings.host:settings.port`.
-
-    One front runs in this process; more run as processes of their own sharing the port (`fronts`)."""
-    if fronts > 1:
-        from ors_server.scale import fronts as front_processes
-
-        front_processes.serve(envs, settings, count, fronts)
-        return
+def serve(envs: Sequence[str], settings: Settings, count: int) -> None:
+    """Serve `envs` from `count` worker processes behind one front, in this process, on
+    `settings.host:settings.port` (`scale.fronts` serves several fronts)."""
     sockets = listen(settings.host, settings.port)  # before any worker starts: an address in use is one line
     configure_logging(settings.log_level)
     table = WorkerTable(count)

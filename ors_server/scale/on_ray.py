@@ -23,10 +23,10 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ors_server.ids import WorkerTag
 from ors_server.loading import LoadError, resolve_environments
 from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.front import Front
-from ors_server.scale.ids import WorkerTag
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.server import UvicornServer, announce, configure_logging, listen, uvicorn_config
 from ors_server.settings import Settings

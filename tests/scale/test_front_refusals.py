@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ors_server.scale.ids import WorkerTag
+from ors_server.ids import WorkerTag
 from tests.raw_http import exchange, head, websocket_head
 from tests.scale.deployment import Deployment, deployment
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect as websockets_connect
 
-from ors_server.scale.ids import WorkerTag
+from ors_server.ids import WorkerTag
 from tests.faces.mcp_helpers import call, raw_initialize
 from tests.scale.deployment import Deployment, deployment, live_sessions, minted_by
 from tests.scale.test_workers import COUNTER, key, sse_call

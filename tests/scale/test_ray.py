@@ -21,7 +21,7 @@ import anyio
 import httpx
 import pytest
 
-from ors_server.scale.ids import WorkerTag
+from ors_server.ids import WorkerTag
 from tests.faces.mcp_helpers import ACCEPT, mcp_client, raw_initialize, text
 from tests.scale.deployment import ROOT, Deployment, live_sessions, minted_by, stop, wait_healthy
 from tests.scale.test_placement import hashing_to_worker_0

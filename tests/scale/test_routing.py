@@ -7,9 +7,9 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ors_server.ids import WorkerTag, mint, split
 from ors_server.scale import metrics
 from ors_server.scale.directory import Directory
-from ors_server.scale.ids import WorkerTag, mint, split
 from ors_server.scale.keys import header_key, read_initialize
 from ors_server.scale.table import Address, State, Unavailable, Worker, WorkerTable
 from ors_server.settings import Settings

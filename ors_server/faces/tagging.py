@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ors_server.scale.ids import WorkerTag, split
+from ors_server.ids import WorkerTag, split
 
 HEADER = b"mcp-session-id"
 

@@ -1,0 +1,140 @@
+"""The package's floors, read from the source with `ast`: every import runs down a floor or stays on its own,
+and no two modules import each other, however indirectly.
+
+    top      scale/, cli: the command line, the front, workers, Ray
+    app      the app, `Server`, the middleware around them (which may know the faces, to answer in their shape)
+    faces    one module per protocol, over the core
+    core     types, errors, settings, ids, environments, sessions, the call pipeline, CodeAct, composition
+
+Every import counts, also one inside a function (a lazy import is still an arrow), except under
+`if TYPE_CHECKING:`, which never runs. `ors_server/__init__.py` is the public authoring API: it sits above
+every floor and imports lazily (tests/test_public_api.py, tests/test_lazy_import.py), and no module imports it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ors_server"
+
+FLOORS = {
+    "core": 0,
+    "faces": 1,
+    "app": 2,
+    "top": 3,
+}
+FACES = {"ors_server.faces", "ors_server.sse", "ors_server.ws_limits"}
+APP = {
+    "ors_server.app",
+    "ors_server.server",
+    "ors_server.guards",
+    "ors_server.hosts",
+    "ors_server.http_limits",
+    "ors_server.observability",
+    "ors_server.lookup",
+}
+TOP = {"ors_server.scale", "ors_server.cli", "ors_server.__main__"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def floor_of(module: str) -> int:
+    def within(groups: set[str]) -> bool:
+        return any(module == group or module.startswith(group + ".") for group in groups)
+
+    if within(TOP):
+        return FLOORS["top"]
+    if within(APP):
+        return FLOORS["app"]
+    if within(FACES):
+        return FLOORS["faces"]
+    return FLOORS["core"]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(module: str) -> set[str]:
+    """The package's modules `module` imports (at any depth of its code, outside `if TYPE_CHECKING:`)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            for alias in node.names:
+                # `from ors_server.faces import ors` imports the module ors_server.faces.ors.
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in MODULES else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {name for name in found if name in MODULES and name != module}
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def test_the_import_reader_sees_imports_inside_functions_and_skips_type_checking_blocks() -> None:
+    assert "ors_server.sessions" in GRAPH["ors_server.calls"]
+    assert "ors_server.faces.ors" in GRAPH["ors_server.app"]  # `from ors_server.faces import ors`
+    tree = ast.parse("if TYPE_CHECKING:\n    import a\nelse:\n    import b\ndef f():\n    import c\n")
+    seen = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert seen == ["a", "b", "c"]  # what ast sees; `imports_of` drops only the first
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_import_runs_down_a_floor_or_stays_on_its_own(module: str) -> None:
+    if module == "ors_server":
+        return  # the public API, above every floor (lazily)
+    upward = sorted(
+        imported for imported in GRAPH[module] if imported == "ors_server" or floor_of(imported) > floor_of(module)
+    )
+    assert upward == [], f"{module} (floor {floor_of(module)}) imports a higher floor: {upward}"
+
+
+def test_no_two_modules_import_each_other() -> None:
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def walk(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(GRAPH[module]):
+            if state.get(imported) == 1:
+                cycles.append(path[path.index(imported) :] + [imported])
+            elif imported not in state:
+                walk(imported)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            walk(module)
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
