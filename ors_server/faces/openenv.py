@@ -1,5 +1,6 @@
 """The OpenEnv face: OpenEnv 0.10's own clients (`GenericEnvClient`, typed `EnvClient`s, `MCPToolClient`) drive
-our sessions, unchanged (the wire contract is `spec/openenv-face.md`).
+our sessions, unchanged (the contract is what those clients do: tests/clients/test_openenv_client.py runs them
+against this face, and tests/faces/test_openenv.py pins each frame and route).
 
 Mounted at `/openenv/{env}` for every environment and at `/openenv` for the default one:
 

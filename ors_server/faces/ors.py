@@ -1,9 +1,10 @@
 """The Open Reward Standard face: REST discovery and episode endpoints, tool calls over SSE.
 
 Behaviour follows what the official clients (`openreward`, `ors-sdk`) do rather than the docs where the two
-disagree (see `spec/ors-wire.md`): `/create_session` answers SSE to clients that accept it, secrets come from
-the `X-Secrets` header or the body, and bare paths (`/call`, `/prompt`, ...) are served directly: for the
-session's own environment on session endpoints, for the default environment on discovery endpoints.
+disagree (tests/clients/test_openreward_client.py and test_ors_sdk_client.py run them against this face):
+`/create_session` answers SSE to clients that accept it, secrets come from the `X-Secrets` header or the body,
+and bare paths (`/call`, `/prompt`, ...) are served directly: for the session's own environment on session
+endpoints, for the default environment on discovery endpoints.
 """
 
 from __future__ import annotations
