@@ -63,9 +63,10 @@ def test_a_client_that_floods_an_openenv_socket_and_drops_leaves_no_session_and_
         assert sessions(front.url)[0] == 1
         sock.close()  # dropped, with unread replies: a reset
         deadline = time.monotonic() + 30
-        while (fds(pid), sessions(front.url)) != (before, (0, 1)) and time.monotonic() < deadline:
+        # A pooled connection to the worker may close meanwhile: fewer descriptors than before is no leak.
+        while (fds(pid) > before or sessions(front.url) != (0, 1)) and time.monotonic() < deadline:
             time.sleep(0.5)  # another process gives no event to wait on
         after, left = fds(pid), sessions(front.url)
     print(f"flood then drop: sent {flooded.sent / 2**20:.1f} MiB; front fds {before} -> {during} -> {after}")
     assert left == (0, 1), f"live and deleted sessions after the drop: {left}"
-    assert after == before
+    assert after <= before
