@@ -97,7 +97,7 @@ from ors_server.ids import worker_tag
 from ors_server.registry import Registry
 from ors_server.sessions import Ending, Session, SessionStore
 from ors_server.settings import Settings
-from ors_server.types import ImageBlock, TextBlock, ToolOutput
+from ors_server.types import Blocks, ImageBlock, TextBlock, ToolOutput
 
 logger = logging.getLogger("ors_server.mcp")
 
@@ -648,13 +648,7 @@ class McpFace:
         """The bound episode's task statement (`get_prompt()`), its text and images as one user message each."""
         if params.name != TASK_PROMPT.name:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt {params.name!r}: the prompt is 'task'")
-        try:
-            session = await self._session_for(ctx)
-            blocks = await self.store.read_prompt(session)
-        except _NoEpisode as exc:
-            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        except OrsError as exc:
-            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
+        blocks = await self._task_statement(ctx)
         messages = [types.PromptMessage(role="user", content=_content(block)) for block in blocks]
         return types.GetPromptResult(description=TASK_PROMPT.description, messages=messages)
 
@@ -670,13 +664,7 @@ class McpFace:
         uri = str(params.uri)
         if uri != TASK_RESOURCE.uri:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource {uri!r}: the resource is 'ors://task'")
-        try:
-            session = await self._session_for(ctx)
-            blocks = await self.store.read_prompt(session)
-        except _NoEpisode as exc:
-            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        except OrsError as exc:
-            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
+        blocks = await self._task_statement(ctx)
         contents: list[types.TextResourceContents | types.BlobResourceContents] = [
             types.BlobResourceContents(uri=uri, mime_type=block.mimeType, blob=block.data)
             if isinstance(block, ImageBlock)
@@ -684,6 +672,16 @@ class McpFace:
             for block in blocks
         ]
         return types.ReadResourceResult(contents=contents)
+
+    async def _task_statement(self, ctx: ServerRequestContext[Any, Any]) -> Blocks:
+        """The bound (or named) episode's prompt blocks, for the task prompt and the task resource."""
+        try:
+            session = await self._session_for(ctx)
+            return await self.store.read_prompt(session)
+        except _NoEpisode as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except OrsError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
 
     async def _session_for(self, ctx: ServerRequestContext[Any, Any]) -> Session:
         transport_id, binding = self._binding(ctx)
