@@ -27,7 +27,7 @@ def blocked(path: str) -> tuple[str, str] | None:
     """(the first directory above `path` that others may not enter, its entry on the way to `path`), or None."""
     parts = os.path.realpath(path).split("/")[1:]
     current = "/"
-    for part in parts[:-1] or parts:
+    for part in parts:
         try:
             mode = os.stat(current).st_mode
         except OSError:
@@ -40,10 +40,11 @@ def blocked(path: str) -> tuple[str, str] | None:
 
 def needed(command: list[str]) -> list[str]:
     """What the command needs to reach: its program, the installation the program belongs to (`..` of its real
-    directory: a Python's `lib/`), and the working directory."""
-    program = shutil.which(command[0]) or command[0]
+    directory: a Python's `lib/`), the virtual environment it is run from (`..` of the directory it is named in:
+    `pyvenv.cfg` and `site-packages`, as in a venv made by `mkdtemp`, mode 0700), and the working directory."""
+    program = os.path.abspath(shutil.which(command[0]) or command[0])
     real = os.path.realpath(program)
-    return [real, os.path.dirname(os.path.dirname(real)), os.getcwd()]
+    return [real, os.path.dirname(os.path.dirname(real)), os.path.dirname(os.path.dirname(program)), os.getcwd()]
 
 
 def expose(paths: list[str]) -> None:
