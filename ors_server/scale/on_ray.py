@@ -97,6 +97,10 @@ class Controller:
         self.stopping = False
         self.tasks: list[asyncio.Task[None]] = []
 
+    def shape(self) -> dict[str, Any]:
+        """What this deployment serves, for a front to check it asks for the same before it attaches."""
+        return {"envs": self.envs, "count": self.count}
+
     async def attach(self) -> int:
         """A front joins; the first one starts the workers. Returns the number of worker slots."""
         self.fronts += 1
@@ -280,6 +284,21 @@ def _load_problem(envs: list[str], app_dir: str | None) -> str | None:
     return None
 
 
+class OtherDeployment(LoadError):
+    """A front asked for other workers or environments than the deployment already running on the cluster."""
+
+
+def _check_same_deployment(running: dict[str, Any], envs: list[str], count: int) -> None:
+    """A front joins the cluster's one deployment as it is: with another --workers or --env it would route to
+    worker slots that do not exist, or to environments the workers do not serve."""
+    if running["count"] != count or running["envs"] != envs:
+        raise OtherDeployment(
+            f"the Ray cluster already runs a deployment with --workers {running['count']} and "
+            f"--env {' --env '.join(running['envs'])}: start this front with the same flags, or stop every "
+            "front of that deployment first"
+        )
+
+
 def serve(
     envs: Sequence[str],
     settings: Settings,
@@ -295,16 +314,21 @@ def serve(
     worker it starts run in it: that is how a `module:Class` environment reaches the other nodes."""
     sockets = listen(settings.host, settings.port)  # before Ray starts: an address in use is one line
     configure_logging(settings.log_level)
-    ray.init(
-        address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env
-    )
+    try:
+        ray.init(
+            address=address, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env
+        )
+    except ConnectionError as exc:  # no cluster where --ray points (Ray's message says how to name one)
+        raise SystemExit(f"ors-server: --ray {address}: {exc}") from None
     try:
         table = WorkerTable(count)
         app_dir = None if runtime_env else os.getcwd()
         problem = ray.get(_load_problem.remote(list(envs), app_dir))
         if problem is not None:
             raise LoadError(f"on the Ray cluster: {problem} (a worker's node needs the module: --ray-runtime-env)")
-        membership = RayMembership(controller_for(envs, settings, count, placement, cpus, app_dir), table)
+        controller = controller_for(envs, settings, count, placement, cpus, app_dir)
+        _check_same_deployment(ray.get(controller.shape.remote()), list(envs), count)
+        membership = RayMembership(controller, table)
         front = build_front(settings, table, lifespan=membership.run, on_unreachable=membership.unreachable)
         membership.front = front
         announce(sockets)

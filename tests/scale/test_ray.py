@@ -244,6 +244,20 @@ def test_a_module_that_does_not_load_on_the_nodes_is_one_line_and_exit_2(deploye
     assert last.endswith("(a worker's node needs the module: --ray-runtime-env)")
 
 
+def test_a_front_asking_for_another_deployment_is_one_line_and_exit_2(deployed):
+    """The cluster runs 2 workers: a front asking for 3 would route to a slot no worker fills."""
+    command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(free_port()), "--workers", "3"]
+    command += ["--ray", deployed.cluster.address, "--env", COUNTER]
+    done = subprocess.run(command, env=os.environ.copy(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ors-server: the Ray cluster already runs a deployment with --workers 2 and --env "), last
+    assert last.endswith("start this front with the same flags, or stop every front of that deployment first")
+    with httpx.Client(base_url=deployed.front.url) as http:  # the running deployment did not notice
+        assert http.get("/health").status_code == 200
+
+
 async def test_removing_a_node_fails_its_sessions_fast_and_leaves_the_other_worker_serving(deployed):
     nodes = placement(deployed)
     lost_worker = next(int(tag[1]) for tag, node in nodes.items() if node == deployed.worker_node.node_id)
