@@ -218,6 +218,12 @@ async def run_user_code(function: Callable[..., Any], *args: Any, limiter: anyio
     return result
 
 
+def _quote(value: Any, limit: int = 200) -> str:
+    """`value` as an error message may quote it back to its sender: enough to recognise, never all of a big one."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -421,7 +427,8 @@ class SessionStore:
             task_spec = await run_user_code(env_cls.task_from_seed, seed, config, limiter=self.limiters["lifecycle"])
         except Exception as exc:
             # The seed and config come from the client: whatever the environment makes of them is the client's.
-            raise InvalidTask(f"no task for seed {seed!r} and config {config!r}: {_describe(exc)}") from None
+            quoted = f"seed {_quote(seed)} and config {_quote(config)}"
+            raise InvalidTask(f"no task for {quoted}: {_quote(_describe(exc), 400)}") from None
         self._check_size("the task spec", task_spec)
         return task_spec
 

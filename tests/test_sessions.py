@@ -808,6 +808,18 @@ async def test_a_failing_task_from_seed_is_an_invalid_task_error() -> None:
         assert "s" not in store
 
 
+async def test_an_invalid_task_error_quotes_a_big_config_only_in_part() -> None:
+    """The error goes back to the client that sent the config: a short quote says which config, not all of it."""
+    store = StoreWithCalls(FAST)
+    big = {"split": "nope", "padding": "x" * 100_000}
+    async with store.run():
+        with pytest.raises(InvalidTask) as refused:
+            await store.open("s", MathLike, seed=3, config=big, created_by="mcp")
+    message = str(refused.value)
+    assert message.startswith("no task for seed 3 and config {'split': 'nope', 'padding': 'xxx")
+    assert len(message) < 1_000
+
+
 async def test_open_checks_admission_before_running_task_from_seed() -> None:
     store = StoreWithCalls(settings(max_sessions=1))
     async with store.run():
