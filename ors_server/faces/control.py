@@ -44,7 +44,7 @@ class _MissingHeader(BadRequest):
         super().__init__("Missing mcp-session-id header")
 
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[["ControlFace", Request], Awaitable[Response]]
 
 
 def render_error(exc: OrsError) -> Response:
@@ -56,9 +56,9 @@ def _control(handler: Handler) -> Handler:
     """Name an unknown session as Eval Protocol's server does; every other error goes to `render_error`."""
 
     @functools.wraps(handler)
-    async def wrapped(request: Request) -> Response:
+    async def wrapped(face: ControlFace, request: Request) -> Response:
         try:
-            return await handler(request)
+            return await handler(face, request)
         except SessionExpired as exc:
             # Eval Protocol's client treats every status but 200 alike (a warning), so the 410 costs it nothing.
             message = f"Session {_raw_key(request)} expired after {exc.timeout:g} s of inactivity"
@@ -76,118 +76,111 @@ def _control(handler: Handler) -> Handler:
     return wrapped
 
 
-def _store(request: Request) -> SessionStore:
-    return request.app.state.store
-
-
 def _raw_key(request: Request) -> str:
     return (request.headers.get(HEADER) or "").strip()
 
 
-def _key(request: Request) -> str:
-    """The store key named by the header: an EP session id, or an MCP transport id mapped to its key."""
-    raw = _raw_key(request)
-    if not raw:
-        raise _MissingHeader()
-    aliases: Aliases = request.app.state.aliases
-    return aliases.key_for(raw) or raw
+class ControlFace:
+    """The control plane over one core: each endpoint reads the session the `mcp-session-id` header names."""
+
+    def __init__(self, registry: Registry, store: SessionStore, aliases: Aliases) -> None:
+        self.registry, self.store, self.aliases = registry, store, aliases
+
+    def _key(self, request: Request) -> str:
+        """The store key named by the header: an EP session id, or an MCP transport id mapped to its key."""
+        raw = _raw_key(request)
+        if not raw:
+            raise _MissingHeader()
+        return self.aliases.key_for(raw) or raw
+
+    def _env(self, request: Request) -> type[Environment]:
+        return self.registry.get(request.path_params.get("env"))
+
+    def _env_name(self, request: Request) -> str | None:
+        return None if request.path_params.get("env") is None else self._env(request).name
+
+    def _session(self, request: Request) -> Session:
+        """The live session named by the header (refreshing its idle timer), without taking its lock."""
+        return self.store.get(self._key(request), self._env_name(request))
+
+    @_control
+    async def initial_state(self, request: Request) -> Response:
+        # EP may ask before (or without) an MCP initialize: an unknown key opens the episode from what is known.
+        env_name = self._env_name(request)
+        session, _ = await self.store.open(
+            self._key(request), self._env(request), config={}, created_by="control", any_env=env_name is None
+        )
+        session = await self.store.get_ready(session.id, env_name)
+        observation = await self.store.initial_observation(session)
+        return JSONResponse(observation if isinstance(observation, dict) else {"observation": observation})
+
+    @_control
+    async def reward(self, request: Request) -> Response:
+        session = self._session(request)
+        return JSONResponse({"reward": session.last_reward, "step_count": session.step_count})
+
+    @_control
+    async def status(self, request: Request) -> Response:
+        session = self._session(request)
+        return JSONResponse(
+            {
+                "terminated": session.finished and not session.truncated,
+                "truncated": session.finished and session.truncated,
+                "step_count": session.step_count,
+                "total_reward": session.total_reward,
+            }
+        )
+
+    @_control
+    async def info(self, request: Request) -> Response:
+        return JSONResponse(self._session(request).info)
+
+    @_control
+    async def reset_session(self, request: Request) -> Response:
+        key = self._key(request)
+        raw = await request.body()
+        try:
+            body = wirejson.loads(raw) if raw.strip() else {}
+        except wirejson.MalformedJson:
+            raise BadRequest('body must be JSON: {"seed": <int or null>}') from None
+        if not isinstance(body, dict):
+            raise BadRequest('body must be a JSON object: {"seed": <int or null>}')
+        seed = body.get("seed")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise BadRequest("seed must be an integer or null")
+        try:
+            session = self.store.get(key, self._env_name(request))
+        except (SessionNotFound, SessionDeleted):
+            session = None
+        if session is not None:
+            await self.store.reset(session, seed)
+        return JSONResponse({"message": "Session reset successfully"})
 
 
-def _env(request: Request) -> type[Environment]:
-    registry: Registry = request.app.state.registry
-    return registry.get(request.path_params.get("env"))
-
-
-def _env_name(request: Request) -> str | None:
-    return None if request.path_params.get("env") is None else _env(request).name
-
-
-def _session(request: Request) -> Session:
-    """The live session named by the header (refreshing its idle timer), without taking its lock."""
-    return _store(request).get(_key(request), _env_name(request))
-
-
-@_control
-async def initial_state(request: Request) -> Response:
-    store = _store(request)
-    # EP may ask before (or without) an MCP initialize: an unknown key opens the episode from what is known.
-    session, _ = await store.open(
-        _key(request), _env(request), config={}, created_by="control", any_env=_env_name(request) is None
-    )
-    session = await store.get_ready(session.id, _env_name(request))
-    observation = await store.initial_observation(session)
-    return JSONResponse(observation if isinstance(observation, dict) else {"observation": observation})
-
-
-@_control
-async def reward(request: Request) -> Response:
-    session = _session(request)
-    return JSONResponse({"reward": session.last_reward, "step_count": session.step_count})
-
-
-@_control
-async def status(request: Request) -> Response:
-    session = _session(request)
-    return JSONResponse(
-        {
-            "terminated": session.finished and not session.truncated,
-            "truncated": session.finished and session.truncated,
-            "step_count": session.step_count,
-            "total_reward": session.total_reward,
-        }
-    )
-
-
-@_control
-async def info(request: Request) -> Response:
-    return JSONResponse(_session(request).info)
-
-
-@_control
-async def reset_session(request: Request) -> Response:
-    key = _key(request)
-    raw = await request.body()
-    try:
-        body = wirejson.loads(raw) if raw.strip() else {}
-    except wirejson.MalformedJson:
-        raise BadRequest('body must be JSON: {"seed": <int or null>}') from None
-    if not isinstance(body, dict):
-        raise BadRequest('body must be a JSON object: {"seed": <int or null>}')
-    seed = body.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise BadRequest("seed must be an integer or null")
-    store = _store(request)
-    try:
-        session = store.get(key, _env_name(request))
-    except (SessionNotFound, SessionDeleted):
-        session = None
-    if session is not None:
-        await store.reset(session, seed)
-    return JSONResponse({"message": "Session reset successfully"})
-
-
-_ENDPOINTS: list[tuple[str, Handler, list[str]]] = [
-    ("/initial_state", initial_state, ["GET"]),
-    ("/reward", reward, ["GET"]),
-    ("/status", status, ["GET"]),
-    ("/info", info, ["GET"]),
-    ("/reset_session", reset_session, ["POST"]),
+_ENDPOINTS = [
+    ("/initial_state", "initial_state", ["GET"]),
+    ("/reward", "reward", ["GET"]),
+    ("/status", "status", ["GET"]),
+    ("/info", "info", ["GET"]),
+    ("/reset_session", "reset_session", ["POST"]),
 ]
 
 
-def routes() -> list[BaseRoute]:
-    """`/control/*` for the default environment, then `/{env}/control/*`."""
+def routes(face: ControlFace | None) -> list[BaseRoute]:
+    """`/control/*` for the default environment, then `/{env}/control/*`, to `face`'s endpoints (or, with no
+    face, to nowhere: the shape a front needs)."""
+    nowhere = Response(status_code=404)
     return [
-        Route(prefix + path, endpoint, methods=methods)
+        Route(prefix + path, getattr(face, name) if face is not None else nowhere, methods=methods)
         for prefix in ("/control", "/{env}/control")
-        for path, endpoint, methods in _ENDPOINTS
+        for path, name, methods in _ENDPOINTS
     ]
 
 
 def shape() -> Face:
-    """The face's routes and error renderer, which need no core (handlers read `request.app.state`)."""
-    return Face("control", routes(), render_error)
+    """The face's routes and error renderer, without a face behind them (what a front needs to refuse)."""
+    return Face("control", routes(None), render_error)
 
 
 def face(core: Core) -> Face:
-    return shape()
+    return Face("control", routes(ControlFace(core.registry, core.store, core.aliases)), render_error)
