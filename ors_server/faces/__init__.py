@@ -1,6 +1,7 @@
 """The protocol faces: thin translators from a wire protocol to the session core.
 
-A face is a plug-in. Its module has one function, `face(core: Core) -> Face`, that declares what the face is:
+A face is a plug-in: a class that owns the face's state and serves its endpoints, built over the `Core`. Its
+module has one function, `face(core: Core) -> Face`, that builds it and declares what the face is:
 
 - `name`: a short label ("ors", "mcp", ...) used in metrics and access logs;
 - `routes`: its Starlette routes: `Route`, `WebSocketRoute` or a `Mount` under a prefix of its own;

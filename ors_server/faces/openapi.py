@@ -17,7 +17,8 @@ class Endpoint:
     """One route of the ORS face: the router and this document are both built from a table of these."""
 
     path: str
-    handler: Any
+    handler: str
+    """The name of the face's method that serves it."""
     method: str
     summary: str
     body: type[BaseModel] | None = None

@@ -36,6 +36,7 @@ from ors_server.faces import Core, Face
 from ors_server.faces.openapi import Endpoint, openapi_document
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
+from ors_server.settings import Settings
 from ors_server.types import Blocks, Split, ToolOutput
 
 logger = logging.getLogger("ors_server.ors")
@@ -126,36 +127,7 @@ async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool 
         raise BodyInvalid([{**e, "loc": ["body", *e["loc"]]} for e in errors]) from None
 
 
-# Request context.
-
-
-def _store(request: Request) -> SessionStore:
-    return request.app.state.store
-
-
-def _calls(request: Request) -> Calls:
-    return request.app.state.calls
-
-
-def _registry(request: Request) -> Registry:
-    return request.app.state.registry
-
-
-def _path_env(request: Request) -> type[Environment]:
-    return _registry(request).get(request.path_params.get("env"))
-
-
-def _path_env_name(request: Request) -> str | None:
-    """The environment named by the path (checked against the session's), or None on a bare path."""
-    name = request.path_params.get("env")
-    return None if name is None else _registry(request).get(name).name
-
-
-def _session_id(request: Request) -> str:
-    raw = request.headers.get("x-session-id")
-    if raw is None:
-        raise BadRequest("X-Session-ID header is required")
-    return _store(request).check_id(raw.strip())
+# Helpers.
 
 
 def _secrets(request: Request, body: CreateBody) -> dict[str, str]:
@@ -184,163 +156,12 @@ def tool_specs(tools: Sequence[ToolDef]) -> dict[str, Any]:
     return {"tools": [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in tools]}
 
 
-# Discovery.
-
-
-async def health(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
-
-
-async def version(request: Request) -> Response:
-    from importlib.metadata import version as dist_version
-
-    return JSONResponse({"version": dist_version("ors-server"), "build_sha": None})
-
-
-async def list_environments(request: Request) -> Response:
-    return JSONResponse(_registry(request).names)
-
-
-async def tools(request: Request) -> Response:
-    return JSONResponse(tool_specs(await _calls(request).tools(_path_env(request))))
-
-
-async def splits(request: Request) -> Response:
-    env_cls = _path_env(request)
-    return JSONResponse([Split.of(s).model_dump() for s in await _store(request).discover(env_cls.list_splits)])
-
-
-async def tasks(request: Request) -> Response:
-    env_cls = _path_env(request)
-    body = await read_body(request, SplitBody)
-    split = await _split_name(_store(request), env_cls, body.split)
-    try:
-        found = await _store(request).discover(env_cls.list_tasks, split)
-    except NotImplementedError:
-        raise BadRequest(f"'{env_cls.name}' does not list its tasks; use /num_tasks and /task") from None
-    return JSONResponse({"tasks": found, "env_name": env_cls.name})
-
-
-async def num_tasks(request: Request) -> Response:
-    env_cls = _path_env(request)
-    body = await read_body(request, SplitBody)
-    store = _store(request)
-    split = await _split_name(store, env_cls, body.split)
-    return JSONResponse({"num_tasks": await store.discover(env_cls.num_tasks, split)})
-
-
 async def _get_task(store: SessionStore, env_cls: type[Environment], split: str, index: int) -> dict[str, Any]:
     split = await _split_name(store, env_cls, split)
     try:
         return await store.discover(env_cls.get_task, split, index)
     except IndexError:
         raise InvalidIndex() from None
-
-
-async def task(request: Request) -> Response:
-    env_cls = _path_env(request)
-    body = await read_body(request, TaskBody)
-    return JSONResponse(
-        {"task": await _get_task(_store(request), env_cls, body.split, body.index), "env_name": env_cls.name}
-    )
-
-
-async def task_range(request: Request) -> Response:
-    env_cls = _path_env(request)
-    body = await read_body(request, TaskRangeBody)
-    split = await _split_name(_store(request), env_cls, body.split)
-    try:
-        found = await _store(request).discover(env_cls.get_task_range, split, body.start, body.stop)
-    except (IndexError, ValueError):
-        raise InvalidIndex("Invalid index range") from None
-    return JSONResponse({"tasks": found, "env_name": env_cls.name})
-
-
-# Sessions.
-
-
-async def create_session(request: Request) -> Response:
-    # Never tagged with the worker: the session is made at `/create`, which a front places by load anywhere.
-    sid = ids.mint(None)
-    if "text/event-stream" in request.headers.get("accept", ""):
-        # The official clients read the sid from an SSE `task_id` event (a JSON reply makes them retry forever).
-        body = sse.event("task_id", sid).encode() + sse.event("end", "").encode()
-        return Response(body, media_type="text/event-stream", headers=sse.HEADERS)
-    return JSONResponse({"sid": sid})
-
-
-async def create(request: Request) -> Response:
-    sid = _session_id(request)
-    body = await read_body(request, CreateBody)
-    env_cls = _registry(request).get(body.env_name)
-    request.state.env = env_cls.name
-    if body.env_name is None:
-        logger.debug(
-            "session %s: /create names no env_name (an openreward client without a variant): "
-            "serving the default environment '%s'",
-            sid,
-            env_cls.name,
-        )
-    secrets = _secrets(request, body)
-    task_spec = body.task_spec
-    if task_spec is None:
-        assert body.split is not None and body.index is not None
-        task_spec = await _get_task(_store(request), env_cls, body.split, body.index)
-    _store(request).create(sid, env_cls, task_spec, secrets)
-    # Clients keep a session alive by pinging within this many idle seconds (`ors-client` pings at a third).
-    # `X-Episode-Labels` (key=value,...) is accepted and not stored yet.
-    timeout = request.app.state.settings.session_timeout
-    return JSONResponse({"sid": sid}, headers={SESSION_TIMEOUT_HEADER: f"{timeout:g}"})
-
-
-async def ping(request: Request) -> Response:
-    _store(request).get(_session_id(request))
-    return JSONResponse({"status": "ok"})
-
-
-async def delete(request: Request) -> Response:
-    sid = _session_id(request)
-    await _store(request).discard(sid, "deleted")
-    return JSONResponse({"sid": sid})
-
-
-async def delete_session(request: Request) -> Response:
-    return JSONResponse({"sid": _session_id(request)})
-
-
-async def prompt(request: Request) -> Response:
-    store = _store(request)
-    session = await store.get_ready(_session_id(request), _path_env_name(request))
-    return JSONResponse(_blocks.dump_python(await store.read_prompt(session), mode="json"))
-
-
-async def task_tools(request: Request) -> Response:
-    session = _store(request).get(_session_id(request), _path_env_name(request))
-    return JSONResponse(tool_specs(await _calls(request).tools(session.env_cls, session)))
-
-
-async def call(request: Request) -> Response:
-    store, calls = _store(request), _calls(request)
-    sid = _session_id(request)
-    env_name = _path_env_name(request)
-    body = await read_body(request, CallBody)
-    session = await store.get_ready(sid, env_name)
-    request.state.tool = session.redact(body.name)  # for the access log: any string, a secret value too
-    request.state.env = session.env_name
-    if body.task_id is not None:
-        running = calls.find(session, body.task_id)
-        if running is None:
-            return sse.complete([sse.event("error", "unknown task_id")])
-    else:
-        running = calls.start(session, body.name, body.input, face="ors")
-    keepalive = store.settings.sse_keepalive
-    # Most calls end within milliseconds: answer those in one response, and stream only the slow ones.
-    with anyio.move_on_after(min(FAST_ANSWER_WAIT, keepalive)):
-        await running.wait()
-    if running.result is not None:
-        session.touch()
-        return sse.complete([sse.event("task_id", running.id), *render_result(running.result)])
-    return sse.stream(_stream_call(session, running, keepalive))
 
 
 async def _stream_call(session: Session, running: ToolCall, keepalive: float) -> AsyncIterator[bytes]:
@@ -364,6 +185,161 @@ def render_result(result: CallResult) -> list[ServerSentEvent]:
     return [sse.event("error", result.message)]
 
 
+# The endpoints.
+
+
+class OrsFace:
+    """The ORS endpoints over one core (the routes lead to these methods: `routes`)."""
+
+    def __init__(self, registry: Registry, store: SessionStore, calls: Calls, settings: Settings) -> None:
+        self.registry, self.store, self.calls, self.settings = registry, store, calls, settings
+
+    def _path_env(self, request: Request) -> type[Environment]:
+        return self.registry.get(request.path_params.get("env"))
+
+    def _path_env_name(self, request: Request) -> str | None:
+        """The environment named by the path (checked against the session's), or None on a bare path."""
+        name = request.path_params.get("env")
+        return None if name is None else self.registry.get(name).name
+
+    def _session_id(self, request: Request) -> str:
+        raw = request.headers.get("x-session-id")
+        if raw is None:
+            raise BadRequest("X-Session-ID header is required")
+        return self.store.check_id(raw.strip())
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def version(self, request: Request) -> Response:
+        from importlib.metadata import version as dist_version
+
+        return JSONResponse({"version": dist_version("ors-server"), "build_sha": None})
+
+    async def list_environments(self, request: Request) -> Response:
+        return JSONResponse(self.registry.names)
+
+    async def tools(self, request: Request) -> Response:
+        return JSONResponse(tool_specs(await self.calls.tools(self._path_env(request))))
+
+    async def splits(self, request: Request) -> Response:
+        env_cls = self._path_env(request)
+        return JSONResponse([Split.of(s).model_dump() for s in await self.store.discover(env_cls.list_splits)])
+
+    async def tasks(self, request: Request) -> Response:
+        env_cls = self._path_env(request)
+        body = await read_body(request, SplitBody)
+        split = await _split_name(self.store, env_cls, body.split)
+        try:
+            found = await self.store.discover(env_cls.list_tasks, split)
+        except NotImplementedError:
+            raise BadRequest(f"'{env_cls.name}' does not list its tasks; use /num_tasks and /task") from None
+        return JSONResponse({"tasks": found, "env_name": env_cls.name})
+
+    async def num_tasks(self, request: Request) -> Response:
+        env_cls = self._path_env(request)
+        body = await read_body(request, SplitBody)
+        store = self.store
+        split = await _split_name(store, env_cls, body.split)
+        return JSONResponse({"num_tasks": await store.discover(env_cls.num_tasks, split)})
+
+    async def task(self, request: Request) -> Response:
+        env_cls = self._path_env(request)
+        body = await read_body(request, TaskBody)
+        return JSONResponse(
+            {"task": await _get_task(self.store, env_cls, body.split, body.index), "env_name": env_cls.name}
+        )
+
+    async def task_range(self, request: Request) -> Response:
+        env_cls = self._path_env(request)
+        body = await read_body(request, TaskRangeBody)
+        split = await _split_name(self.store, env_cls, body.split)
+        try:
+            found = await self.store.discover(env_cls.get_task_range, split, body.start, body.stop)
+        except (IndexError, ValueError):
+            raise InvalidIndex("Invalid index range") from None
+        return JSONResponse({"tasks": found, "env_name": env_cls.name})
+
+    async def create_session(self, request: Request) -> Response:
+        # Never tagged with the worker: the session is made at `/create`, which a front places by load anywhere.
+        sid = ids.mint(None)
+        if "text/event-stream" in request.headers.get("accept", ""):
+            # The official clients read the sid from an SSE `task_id` event (a JSON reply makes them retry forever).
+            body = sse.event("task_id", sid).encode() + sse.event("end", "").encode()
+            return Response(body, media_type="text/event-stream", headers=sse.HEADERS)
+        return JSONResponse({"sid": sid})
+
+    async def create(self, request: Request) -> Response:
+        sid = self._session_id(request)
+        body = await read_body(request, CreateBody)
+        env_cls = self.registry.get(body.env_name)
+        request.state.env = env_cls.name
+        if body.env_name is None:
+            logger.debug(
+                "session %s: /create names no env_name (an openreward client without a variant): "
+                "serving the default environment '%s'",
+                sid,
+                env_cls.name,
+            )
+        secrets = _secrets(request, body)
+        task_spec = body.task_spec
+        if task_spec is None:
+            assert body.split is not None and body.index is not None
+            task_spec = await _get_task(self.store, env_cls, body.split, body.index)
+        self.store.create(sid, env_cls, task_spec, secrets)
+        # Clients keep a session alive by pinging within this many idle seconds (`ors-client` pings at a third).
+        # `X-Episode-Labels` (key=value,...) is accepted and not stored yet.
+        timeout = self.settings.session_timeout
+        return JSONResponse({"sid": sid}, headers={SESSION_TIMEOUT_HEADER: f"{timeout:g}"})
+
+    async def ping(self, request: Request) -> Response:
+        self.store.get(self._session_id(request))
+        return JSONResponse({"status": "ok"})
+
+    async def delete(self, request: Request) -> Response:
+        sid = self._session_id(request)
+        await self.store.discard(sid, "deleted")
+        return JSONResponse({"sid": sid})
+
+    async def delete_session(self, request: Request) -> Response:
+        return JSONResponse({"sid": self._session_id(request)})
+
+    async def prompt(self, request: Request) -> Response:
+        store = self.store
+        session = await store.get_ready(self._session_id(request), self._path_env_name(request))
+        return JSONResponse(_blocks.dump_python(await store.read_prompt(session), mode="json"))
+
+    async def task_tools(self, request: Request) -> Response:
+        session = self.store.get(self._session_id(request), self._path_env_name(request))
+        return JSONResponse(tool_specs(await self.calls.tools(session.env_cls, session)))
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document(self.registry, ENDPOINTS))
+
+    async def call(self, request: Request) -> Response:
+        store, calls = self.store, self.calls
+        sid = self._session_id(request)
+        env_name = self._path_env_name(request)
+        body = await read_body(request, CallBody)
+        session = await store.get_ready(sid, env_name)
+        request.state.tool = session.redact(body.name)  # for the access log: any string, a secret value too
+        request.state.env = session.env_name
+        if body.task_id is not None:
+            running = calls.find(session, body.task_id)
+            if running is None:
+                return sse.complete([sse.event("error", "unknown task_id")])
+        else:
+            running = calls.start(session, body.name, body.input, face="ors")
+        keepalive = store.settings.sse_keepalive
+        # Most calls end within milliseconds: answer those in one response, and stream only the slow ones.
+        with anyio.move_on_after(min(FAST_ANSWER_WAIT, keepalive)):
+            await running.wait()
+        if running.result is not None:
+            session.touch()
+            return sse.complete([sse.event("task_id", running.id), *render_result(running.result)])
+        return sse.stream(_stream_call(session, running, keepalive))
+
+
 # Errors: one renderer from the domain tree to `{"detail": ...}`.
 
 
@@ -379,48 +355,47 @@ def render_error(exc: OrsError) -> Response:
 
 
 ENDPOINTS = [
-    Endpoint("/health", health, "GET", "Liveness"),
-    Endpoint("/version", version, "GET", "Server version"),
-    Endpoint("/list_environments", list_environments, "GET", "Environment names; the first is the default"),
-    Endpoint("/create_session", create_session, "POST", "A new session id (SSE with Accept: text/event-stream)"),
-    Endpoint("/create", create, "POST", "Start an episode in the session", CreateBody, session=True),
-    Endpoint("/ping", ping, "POST", "Keep the session alive", session=True),
-    Endpoint("/delete", delete, "POST", "End the episode and tear it down", session=True),
-    Endpoint("/delete_session", delete_session, "POST", "Release the session id", session=True),
-    Endpoint("/call", call, "POST", "Call a tool; the result streams as SSE", CallBody, session=True, per_env=True),
-    Endpoint("/tools", tools, "GET", "The environment's tools", per_env=True),
-    Endpoint("/splits", splits, "GET", "The environment's splits", per_env=True),
-    Endpoint("/tasks", tasks, "POST", "Every task of a split", SplitBody, per_env=True),
-    Endpoint("/num_tasks", num_tasks, "POST", "How many tasks a split has", SplitBody, per_env=True),
-    Endpoint("/task", task, "POST", "One task of a split", TaskBody, per_env=True),
-    Endpoint("/task_range", task_range, "POST", "A slice of a split's tasks", TaskRangeBody, per_env=True),
-    Endpoint("/prompt", prompt, "GET", "The episode's opening blocks", session=True, per_env=True),
-    Endpoint("/task_tools", task_tools, "GET", "The tools of this session's task", session=True, per_env=True),
+    Endpoint("/health", "health", "GET", "Liveness"),
+    Endpoint("/version", "version", "GET", "Server version"),
+    Endpoint("/list_environments", "list_environments", "GET", "Environment names; the first is the default"),
+    Endpoint("/create_session", "create_session", "POST", "A new session id (SSE with Accept: text/event-stream)"),
+    Endpoint("/create", "create", "POST", "Start an episode in the session", CreateBody, session=True),
+    Endpoint("/ping", "ping", "POST", "Keep the session alive", session=True),
+    Endpoint("/delete", "delete", "POST", "End the episode and tear it down", session=True),
+    Endpoint("/delete_session", "delete_session", "POST", "Release the session id", session=True),
+    Endpoint("/call", "call", "POST", "Call a tool; the result streams as SSE", CallBody, session=True, per_env=True),
+    Endpoint("/tools", "tools", "GET", "The environment's tools", per_env=True),
+    Endpoint("/splits", "splits", "GET", "The environment's splits", per_env=True),
+    Endpoint("/tasks", "tasks", "POST", "Every task of a split", SplitBody, per_env=True),
+    Endpoint("/num_tasks", "num_tasks", "POST", "How many tasks a split has", SplitBody, per_env=True),
+    Endpoint("/task", "task", "POST", "One task of a split", TaskBody, per_env=True),
+    Endpoint("/task_range", "task_range", "POST", "A slice of a split's tasks", TaskRangeBody, per_env=True),
+    Endpoint("/prompt", "prompt", "GET", "The episode's opening blocks", session=True, per_env=True),
+    Endpoint("/task_tools", "task_tools", "GET", "The tools of this session's task", session=True, per_env=True),
 ]
 
 
-def root_routes() -> list[BaseRoute]:
-    return [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS if not e.per_env]
+def routes(face: OrsFace | None) -> list[BaseRoute]:
+    """Every endpoint to `face`'s method of its name (or, with no face, to nowhere: the shape a front needs):
+    `/{env}/path` and the bare path for per-environment endpoints, the hot paths (tool calls) first, since
+    Starlette tries routes in order."""
 
+    def to(name: str) -> Any:
+        return getattr(face, name) if face is not None else Response(status_code=404)
 
-def env_routes() -> list[BaseRoute]:
-    """`/{env}/...` for every environment, and the same paths bare."""
     per_env = [e for e in ENDPOINTS if e.per_env]
-    prefixed: list[BaseRoute] = [Route("/{env}" + e.path, e.handler, methods=[e.method]) for e in per_env]
-    bare: list[BaseRoute] = [Route(e.path, e.handler, methods=[e.method]) for e in per_env]
-    return prefixed + bare
-
-
-async def openapi(request: Request) -> Response:
-    return JSONResponse(openapi_document(_registry(request), ENDPOINTS))
+    return [
+        *(Route("/{env}" + e.path, to(e.handler), methods=[e.method]) for e in per_env),
+        *(Route(e.path, to(e.handler), methods=[e.method]) for e in per_env),
+        *(Route(e.path, to(e.handler), methods=[e.method]) for e in ENDPOINTS if not e.per_env),
+        Route("/openapi.json", to("openapi")),
+    ]
 
 
 def shape() -> Face:
-    """The face's routes and error renderer, which need no core (handlers read `request.app.state`)."""
-    # The hot paths (tool calls) first: Starlette tries routes in order.
-    routes = [*env_routes(), *root_routes(), Route("/openapi.json", openapi)]
-    return Face("ors", routes, render_error)
+    """The face's routes and error renderer, without a face behind them (what a front needs to refuse)."""
+    return Face("ors", routes(None), render_error)
 
 
 def face(core: Core) -> Face:
-    return shape()
+    return Face("ors", routes(OrsFace(core.registry, core.store, core.calls, core.settings)), render_error)
