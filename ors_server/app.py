@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ors_server import hosting
 from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
@@ -59,7 +60,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Sandbox directories of servers killed without a teardown (SIGKILL) are removed; a live server's never.
         await anyio.to_thread.run_sync(sweep_orphans)
-        async with store.run(), AsyncExitStack() as stack:
+        # Host pools outlive the store: its sessions are torn down (in their host processes) before they close.
+        async with hosting.pools(environments, settings), store.run(), AsyncExitStack() as stack:
             for face in faces_table.faces:
                 if face.lifespan is not None:
                     await stack.enter_async_context(face.lifespan())

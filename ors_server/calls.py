@@ -46,6 +46,7 @@ from ors_server.compose.results import error_text, to_output
 from ors_server.compose.toolbox import ToolServerFailed
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import ToolServerUnavailable
+from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal
 from ors_server.sessions import Episode, EpisodeEnd, EpisodeWatcher, Session, SessionStore, State
 from ors_server.types import ToolOutput
 
@@ -300,7 +301,9 @@ class Calls:
         if isinstance(tool, ServerTool):
             return await self._call_server(call, tool, time_limit)
         args: tuple[Any, ...] = ()
-        if tool.input_model is not None:
+        if isinstance(tool, HostedTool):
+            args = ({} if arguments is None else arguments,)  # checked in the host, by the framework
+        elif tool.input_model is not None:
             try:
                 args = (tool.input_model.model_validate(arguments if arguments is not None else {}),)
             except ValidationError as exc:
@@ -316,12 +319,23 @@ class Calls:
         try:
             output = await self._run_tool(call, tool, episode.env, args, time_limit)
         except _Overtime:
+            self._end_if_lost(call)
             return self._timed_out(name)
+        except Refusal as exc:
+            return ToolRejected(exc.reason, session.redact(str(exc)))  # type: ignore[arg-type]
         except Exception as exc:
+            self._end_if_lost(call)
             return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
         if not isinstance(output, ToolOutput):
             return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
         return self._bounded(name, output)
+
+    def _end_if_lost(self, call: ToolCall) -> None:
+        """A hosted environment whose host process died or hung during the call cannot run another: its session
+        ends (the caller gets this call's error)."""
+        env = call.episode.env
+        if isinstance(env, HostedEnvironment) and env.lost is not None:
+            self.store.lose(call.session, env.lost)
 
     def _bounded(self, name: str, output: ToolOutput) -> CallResult:
         """`output`, or `output_too_large` past `max_output_chars`."""

@@ -1,4 +1,5 @@
-"""`--env` specs to environment classes: built-in names, or `module:Class` imported from the working directory.
+"""`--env` specs to environment classes: built-in names, `module:Class` imported from the working directory, or
+`FRAMEWORK:module:Class[@PYTHON]` served from host processes (`ors_server.hosting`).
 
 As `uvicorn main:app` does, a `module:Class` spec imports from the directory the server was started in, with no
 `PYTHONPATH` needed. Worker and front processes (and Ray actors on this host) are handed that directory, so they
@@ -14,6 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ors_server import hosting
 from ors_server.environment import Environment
 from ors_server.registry import Registry
 
@@ -34,9 +36,15 @@ def resolve_environments(specs: Sequence[str], app_dir: str | None = None) -> li
     builtins = {env_cls.name.lower(): env_cls for env_cls in builtin_environments()}
     if not specs:
         return list(builtins.values())
-    resolved = []
+    resolved: list[type[Environment]] = []
     for spec in specs:
-        if ":" in spec:
+        prefix, _, rest = spec.partition(":")
+        if prefix in hosting.FRAMEWORKS:
+            try:
+                resolved.append(hosting.load(prefix, rest, app_dir))
+            except hosting.HostLoadError as exc:
+                raise LoadError(str(exc)) from None
+        elif ":" in spec:
             resolved.append(import_environment(spec, app_dir))
         elif spec.lower() in builtins:
             resolved.append(builtins[spec.lower()])

@@ -294,6 +294,13 @@ class SessionStore:
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
 
+    def lose(self, session: Session, why: str) -> None:
+        """End `session` because its environment can no longer run (a host process died or hung): logged, then
+        discarded as a deletion is (its id answers 410)."""
+        if self._sessions.get(session.id) is session:
+            logger.warning("session %s (%s) ends: %s", session.id, session.env_name, session.redact(why))
+            self.spawn(self.discard, session.id)
+
     # Lifecycle of the store.
 
     @asynccontextmanager

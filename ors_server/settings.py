@@ -148,6 +148,20 @@ class Pools:
         16, "worker threads for setup, teardown, task_from_seed and prompt reads", rule="at_least_1", metavar="N"
     )
     """Worker threads for task_from_seed, construction, setup, teardown and prompt reads, apart from tool calls."""
+    host_sessions: int = setting(
+        16, "sessions per host process of a hosted environment", rule="at_least_1", metavar="N"
+    )
+    """Sessions (episodes) one host process of a hosted environment (`openreward:`, `isolated:`) holds at most; a
+    new one starts another process (see `ors_server.hosting`)."""
+    host_processes: int = setting(16, "host processes per hosted environment", rule="at_least_1", metavar="N")
+    """Host processes per hosted environment at most (per worker); a session past `host_processes` x
+    `host_sessions` fails its setup with a message naming both."""
+    host_memory_bytes: int = setting(
+        8 * 1024**3, "address space of one host process (RLIMIT_AS)", rule="at_least_1", metavar="BYTES"
+    )
+    """Address space of each host process (RLIMIT_AS, set by the process on itself before it imports user code)."""
+    host_start_timeout: float = setting(120.0, rule="positive")
+    """Seconds a host process may take to start and load its environment class."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,97 @@
+"""The host-process adapter for this server's own `Environment` subclasses: a native environment run in a host
+process (`--env isolated:MODULE:CLASS[@PYTHON]`), so that one that crashes the interpreter, leaks or holds the GIL
+costs only its host process. The interpreter must have `ors-server` installed (the server's own has).
+`LoadFailed` and `Refused` are put here by the host (see `ors_server.hosting.host`).
+"""
+
+import asyncio
+import importlib
+import inspect
+
+LoadFailed: type = Exception  # replaced by the host before this runs
+Refused: type = Exception
+
+
+def load(target, options):
+    module_name, _, class_name = target.partition(":")
+    try:
+        from ors_server.environment import Environment
+        from ors_server.types import Split, ToolOutput
+    except ImportError as exc:
+        raise LoadFailed(f"this interpreter has no ors_server package ({exc})") from None
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:
+        raise LoadFailed(f"importing module '{module_name}' failed: {type(exc).__name__}: {exc}") from None
+    found = getattr(module, class_name, None)
+    if found is None:
+        raise LoadFailed(f"module '{module_name}' has no class '{class_name}'")
+    if not (inspect.isclass(found) and issubclass(found, Environment)):
+        raise LoadFailed(f"'{class_name}' in module '{module_name}' is not an ors_server Environment subclass")
+    return NativeAdapter(found, Split, ToolOutput)
+
+
+async def _run(function, *args, **kwargs):
+    if inspect.iscoroutinefunction(function):
+        return await function(*args, **kwargs)
+    result = await asyncio.to_thread(function, *args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
+
+
+class NativeAdapter:
+    def __init__(self, cls, split_type, output_type):
+        self.cls = cls
+        self.split_type = split_type
+        self.output_type = output_type
+
+    def describe(self):
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": t.schema} for t in self.cls.tools.values()
+        ]
+        return {
+            "name": self.cls.name,
+            "description": (self.cls.__doc__ or "").strip(),
+            "splits": [self.split_type.of(s).model_dump() for s in self.cls.list_splits()],
+            "tools": tools,
+            "extra": {},
+        }
+
+    async def tasks(self, method, args):
+        if method not in ("list_tasks", "num_tasks", "get_task", "get_task_range", "task_from_seed"):
+            raise ValueError(f"unknown task method {method!r}")
+        value = await _run(getattr(self.cls, method), *args)
+        return list(value) if method in ("list_tasks", "get_task_range") else value
+
+    async def create(self, task_spec, secrets):
+        instance = await _run(self.cls, task_spec=task_spec, secrets=secrets)
+        await _run(instance.setup)
+        return instance
+
+    async def prompt(self, instance):
+        return [block.model_dump() for block in await _run(instance.get_prompt)]
+
+    async def call(self, instance, tool, arguments):
+        spec = self.cls.tools.get(tool)
+        if spec is None:
+            raise Refused("not_found", f"'{tool}' is not a valid tool")
+        args = ()
+        if spec.input_model is not None:
+            try:
+                args = (spec.input_model.model_validate(arguments or {}),)
+            except ValueError as exc:
+                raise Refused("input_validation", f"Tool input validation error: {exc}") from None
+        elif arguments:
+            raise Refused("input_validation", f"Tool input validation error: '{tool}' takes no arguments") from None
+        output = await _run(spec.function, instance, *args)
+        if not isinstance(output, self.output_type):
+            raise TypeError(f"tool '{tool}' returned {type(output).__name__}, not a ToolOutput")
+        dumped = output.model_dump()
+        dumped["truncated"] = output.truncated
+        return dumped
+
+    async def reset(self, instance, task_spec, secrets):
+        await self.delete(instance)
+        return await self.create(task_spec, secrets)
+
+    async def delete(self, instance):
+        await _run(instance.teardown)

@@ -1,0 +1,334 @@
+"""One host process, seen from the server: started, spoken to over its pipes, and killed whole.
+
+The wire is `ors_server.hosting.host`'s (length-prefixed JSON frames, requests matched to answers by id). A host
+process:
+
+- runs as uid/gid 65534 when the server is root, through the tool-server launcher (`compose/launch.py`: no
+  supplementary groups, `no_new_privs`, and a private mount namespace that shows it its interpreter and venv when
+  they lie under a directory 65534 may not enter, such as `/root`), in a process group of its own;
+- starts with rlimits set on itself before it imports anything of the user's: address space
+  (`--host-memory-bytes`), no core files;
+- sees the server's environment variables except `ORS_*` (the API key and the server's settings);
+- is killed with its whole group when the pool retires it, when the server stops, and, should the server die
+  without stopping (SIGKILL), by itself: the end of its stdin pipe kills its group (see `host.py`);
+- has its stderr logged line by line, at most `--tool-server-log-bytes` bytes per process.
+
+A process that exits, or writes something that is not a frame, fails every request waiting on it with
+`HostFailed`; the pool then forgets it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from ors_server.compose import launch
+from ors_server.compose.stdio import REAP_WAIT, StderrLog
+from ors_server.sandbox import AGENT_ID
+
+logger = logging.getLogger("ors_server.hosting")
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 256 * 1024 * 1024
+"""The largest answer a host may send (a larger length ends the process)."""
+HERE = Path(__file__).resolve().parent
+
+
+class HostFailed(Exception):
+    """The host process died, hung, or broke the protocol: what was asked of it will not be answered."""
+
+
+class HostError(Exception):
+    """The host answered a request with an error: the environment's code raised (`type`), or refused (`reason`)."""
+
+    def __init__(self, kind: str, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """What a host process serves: a framework's adapter, the `MODULE:CLASS` target, and the interpreter."""
+
+    framework: str
+    """The adapter's name: a file `adapters/<framework>.py`."""
+    target: str
+    python: str
+    cwd: str
+    memory_bytes: int = 8 * 1024**3
+    log_bytes: int = 64 * 1024
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.framework}:{self.target}"
+
+    def argv(self) -> list[str]:
+        """The command line of a host process: as 65534 through the launcher when the server is root."""
+        limits = json.dumps({"RLIMIT_AS": self.memory_bytes, "RLIMIT_CORE": 0})
+        command = [self.python, "-c", host_source(), limits]
+        if os.geteuid() != 0:
+            return command
+        return [os.path.realpath(sys.executable), "-I", "-S", launch.__file__, str(AGENT_ID), *command]
+
+    def environ(self) -> dict[str, str]:
+        # Not the server's settings nor its API key: a host runs code that agents reach.
+        return {name: value for name, value in os.environ.items() if not name.startswith("ORS_")}
+
+    def load_request(self) -> dict[str, Any]:
+        source = adapter_source(self.framework)
+        return {
+            "op": "load",
+            "adapter": self.framework,
+            "source": source,
+            "target": self.target,
+            "options": dict(self.options),
+        }
+
+
+@cache
+def host_source() -> str:
+    return (HERE / "host.py").read_text()
+
+
+@cache
+def adapter_source(framework: str) -> str:
+    return (HERE / "adapters" / f"{framework}.py").read_text()
+
+
+def frame(message: dict[str, Any]) -> bytes:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    return HEADER.pack(len(data)) + data
+
+
+def describe_once(spec: HostSpec, timeout: float) -> dict[str, Any]:
+    """Start a host process, load the target and return its description, then kill it; synchronous (for `--env`
+    loading, before any event loop). Raises HostError("LoadFailed", ...) or HostFailed, each with one line."""
+    with tempfile.TemporaryFile() as stderr:
+        try:
+            process = subprocess.Popen(
+                spec.argv(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                cwd=spec.cwd,
+                env=spec.environ(),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise HostFailed(f"cannot start {spec.python}: {exc.strerror or exc}") from None
+        try:
+            assert process.stdin is not None and process.stdout is not None
+            with suppress(BrokenPipeError):
+                process.stdin.write(frame({"id": 0, **spec.load_request()}))
+                process.stdin.flush()
+            answer = _read_frame(process.stdout.fileno(), time.monotonic() + timeout)
+        finally:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            if process.stdin is not None:
+                process.stdin.close()
+            if process.stdout is not None:
+                process.stdout.close()
+        if answer is None:
+            stderr.seek(0)
+            lines = [line for line in stderr.read().decode("utf-8", "replace").splitlines() if line.strip()]
+            said = f": {lines[-1].strip()[:300]}" if lines else ""
+            code = process.returncode
+            raise HostFailed(
+                f"the host process ({spec.python}) did not answer within {timeout:g} s (exit code {code}){said}"
+            )
+    if not answer.get("ok"):
+        error = answer.get("error") or {}
+        raise HostError(str(error.get("type")), str(error.get("message")), error.get("reason"))
+    value: dict[str, Any] = answer["value"]
+    return value
+
+
+def _read_frame(fd: int, deadline: float) -> dict[str, Any] | None:
+    """One frame from a blocking pipe, or None at its end, past `deadline`, or on garbage."""
+    buffer = b""
+    needed = HEADER.size
+    header_read = False
+    while True:
+        while len(buffer) < needed:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            buffer += chunk
+        if header_read:
+            try:
+                message: dict[str, Any] = json.loads(buffer[:needed])
+            except ValueError:
+                return None
+            return message
+        (size,) = HEADER.unpack(buffer[: HEADER.size])
+        if size > MAX_FRAME:
+            return None
+        buffer, needed, header_read = buffer[HEADER.size :], size, True
+
+
+class _Waiter:
+    __slots__ = ("event", "answer")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.answer: dict[str, Any] | BaseException | None = None
+
+
+class HostProcess:
+    """A running host process; `request()` sends one request and waits for its answer."""
+
+    _numbers = itertools.count(1)
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+        self.number = next(self._numbers)
+        self.process: anyio.abc.Process | None = None
+        self.pid = 0
+        self.sessions = 0
+        """Sessions (episodes) placed here and not yet deleted."""
+        self.retired = False
+        """Takes no new sessions: it hung on a call (or failed); killed when its last session goes."""
+        self.dead: str | None = None
+        """Why it is gone, once it is."""
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, _Waiter] = {}
+        self._send_lock = anyio.Lock()
+        self.description: dict[str, Any] = {}
+
+    async def run(self, started: Callable[[], None], load_timeout: float) -> None:
+        """Start the process and load the target (reported started then), then pump its output until it ends.
+        Run it as a task of the pool; cancelling the task kills the process."""
+        spec = self.spec
+        process = await anyio.open_process(spec.argv(), cwd=spec.cwd, env=spec.environ(), start_new_session=True)
+        self.process, self.pid = process, process.pid
+        stderr = StderrLog(f"host {spec.label}", process.pid, spec.log_bytes)
+        try:
+            async with anyio.create_task_group() as pumps:
+                pumps.start_soon(self._read_answers, pumps.cancel_scope)
+                pumps.start_soon(self._read_stderr, stderr)
+                with anyio.fail_after(load_timeout):
+                    self.description = await self.request(
+                        "load", **{k: v for k, v in spec.load_request().items() if k != "op"}
+                    )
+                started()
+        except TimeoutError:
+            raise HostFailed(f"the host process of {spec.label} did not load within {load_timeout:g} s") from None
+        finally:
+            self._end(self.dead or "its pipes closed")
+            self.kill()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(REAP_WAIT):
+                await process.aclose()
+            stderr.close()
+
+    async def _read_answers(self, scope: anyio.CancelScope) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        stream = BufferedByteReceiveStream(self.process.stdout)
+        why = "it exited"
+        try:
+            while True:
+                (size,) = HEADER.unpack(await stream.receive_exactly(HEADER.size))
+                if size > MAX_FRAME:
+                    why = f"it sent a frame of {size} bytes"
+                    break
+                answer = json.loads(await stream.receive_exactly(size))
+                waiter = self._waiting.pop(answer.get("id"), None)
+                if waiter is not None:
+                    waiter.answer = answer
+                    waiter.event.set()
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+        except ValueError:
+            why = "it sent something that is not JSON"
+        code = self.process.returncode
+        if code is None:
+            with anyio.move_on_after(1):
+                code = await self.process.wait()
+        self._end(f"{why} (exit code {code})" if code is not None else why)
+        scope.cancel()
+
+    async def _read_stderr(self, stderr: StderrLog) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            async for chunk in self.process.stderr:
+                stderr.feed(chunk)
+
+    def _end(self, why: str) -> None:
+        if self.dead is None:
+            self.dead = why
+        for waiter in self._waiting.values():
+            waiter.answer = HostFailed(f"the host process of {self.spec.label} ended: {self.dead}")
+            waiter.event.set()
+        self._waiting.clear()
+
+    async def request(self, op: str, **fields: Any) -> Any:
+        """Ask the host; its answer's value, or HostError (the environment raised or refused), or HostFailed."""
+        if self.dead is not None or self.process is None or self.process.stdin is None:
+            raise HostFailed(f"the host process of {self.spec.label} ended: {self.dead or 'not started'}")
+        rid = next(self._ids)
+        waiter = _Waiter()
+        self._waiting[rid] = waiter
+        try:
+            data = frame({"id": rid, "op": op, **fields})
+            try:
+                async with self._send_lock:
+                    await self.process.stdin.send(data)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
+                raise HostFailed(f"the host process of {self.spec.label} ended: {exc}") from None
+            await waiter.event.wait()
+        finally:
+            self._waiting.pop(rid, None)
+        answer = waiter.answer
+        if isinstance(answer, BaseException):
+            raise answer
+        assert answer is not None
+        if answer.get("ok"):
+            return answer.get("value")
+        error = answer.get("error") or {}
+        raise HostError(str(error.get("type")), str(error.get("message")), error.get("reason"))
+
+    def kill(self) -> None:
+        """Kill the process and everything it started (its group), at once."""
+        if self.pid:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+
+
+def parse_python(python: str | None) -> str:
+    """The interpreter for a host: the one given (a path, or a name on PATH), else the server's own."""
+    if not python:
+        return sys.executable
+    import shutil
+
+    found = shutil.which(python) if os.sep not in python else (python if os.access(python, os.X_OK) else None)
+    if found is None:
+        raise HostFailed(f"no interpreter {python!r} (give the path of the virtual environment's python)")
+    return os.path.abspath(found)
+
+
+__all__: Sequence[str] = ["HostError", "HostFailed", "HostProcess", "HostSpec", "describe_once", "parse_python"]

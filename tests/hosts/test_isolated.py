@@ -1,0 +1,119 @@
+"""The host protocol with a native environment (`isolated:`): an environment in host processes behaves as one in
+process through the ORS face, and a host that crashes or hangs costs only its sessions."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from ors_server.app import create_app
+from ors_server.loading import LoadError, resolve_environments
+from ors_server.settings import Settings
+
+HERE = Path(__file__).resolve().parent
+
+
+def _sse_end(text: str) -> dict:
+    """The `end` (or `error`) event of an ORS call stream."""
+    events = [block for block in text.replace("\r\n", "\n").split("\n\n") if block.strip()]
+    last = dict(line.split(": ", 1) for line in events[-1].splitlines())
+    return {"event": last["event"], "data": json.loads(last["data"]) if last["event"] == "end" else last["data"]}
+
+
+def _error(end: dict) -> str:
+    """The error text of a failed call: an `error` event (the tool failed), or an `end` event with ok false."""
+    if end["event"] == "error":
+        return str(end["data"])
+    assert end["data"]["ok"] is False, end
+    return str(end["data"]["error"])
+
+
+@pytest.fixture(scope="module")
+def client():
+    envs = resolve_environments(["isolated:native_envs:Fragile"], str(HERE))
+    app = create_app(envs, Settings(tool_timeout=3.0, host_sessions=2))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        yield client
+
+
+def _create(client: TestClient, sid: str, index: int = 0) -> None:
+    response = client.post(
+        "/create", json={"env_name": "fragile", "split": "train", "index": index}, headers={"X-Session-ID": sid}
+    )
+    assert response.status_code == 200, response.text
+
+
+def _call(client: TestClient, sid: str, name: str, arguments: dict | None = None) -> dict:
+    response = client.post(
+        "/fragile/call", json={"name": name, "input": arguments or {}}, headers={"X-Session-ID": sid}
+    )
+    assert response.status_code == 200, response.text
+    return _sse_end(response.text)
+
+
+def test_describes_lists_and_runs_like_a_native_environment(client: TestClient) -> None:
+    tools = client.get("/fragile/tools").json()["tools"]
+    assert [t["name"] for t in tools] == ["echo", "whoami", "crash", "hang"]
+    assert tools[0]["input_schema"]["required"] == ["text"]
+    assert client.get("/fragile/splits").json() == [
+        {"name": "train", "type": "train"},
+        {"name": "test", "type": "test"},
+    ]
+    assert client.post("/fragile/num_tasks", json={"split": "test"}).json() == {"num_tasks": 2}
+    assert client.post("/fragile/task", json={"split": "train", "index": 2}).json()["task"] == {
+        "n": 2,
+        "split": "train",
+    }
+    assert client.post("/fragile/task", json={"split": "train", "index": 9}).status_code == 400
+    _create(client, "a", 1)
+    assert client.get("/fragile/prompt", headers={"X-Session-ID": "a"}).json()[0]["text"] == "task 1"
+    end = _call(client, "a", "echo", {"text": "hi"})
+    assert end["event"] == "end" and end["data"]["output"]["reward"] == 0.5
+    assert end["data"]["output"]["blocks"][0]["text"].startswith("hi from ")
+    refused = _call(client, "a", "echo", {"txt": "hi"})
+    assert refused["data"]["ok"] is False and refused["data"]["reason"] == "input_validation"
+    if os.geteuid() == 0:
+        assert _call(client, "a", "whoami")["data"]["output"]["blocks"][0]["text"] == "65534"
+    assert client.post("/delete", headers={"X-Session-ID": "a"}).status_code == 200
+
+
+def test_a_crashed_host_ends_only_its_sessions_and_is_replaced(client: TestClient) -> None:
+    _create(client, "c1")
+    _create(client, "c2")  # host_sessions=2: the same process as c1
+    _create(client, "other")  # the next process
+    before = _call(client, "other", "echo", {"text": "x"})["data"]["output"]["blocks"][0]["text"]
+    crashed = _call(client, "c1", "crash")
+    assert "host process" in _error(crashed) and "the session ends" in _error(crashed)
+    assert client.get("/fragile/prompt", headers={"X-Session-ID": "c1"}).status_code == 410  # the session ended
+    assert "ended" in _error(_call(client, "c2", "echo", {"text": "x"}))  # it shared the dead process
+    assert _call(client, "other", "echo", {"text": "x"})["data"]["output"]["blocks"][0]["text"] == before
+    _create(client, "c3")  # a new process takes new sessions
+    assert _call(client, "c3", "echo", {"text": "y"})["event"] == "end"
+    for sid in ("other", "c3"):
+        client.post("/delete", headers={"X-Session-ID": sid})
+
+
+def test_a_hung_call_times_out_and_ends_its_session_only(client: TestClient) -> None:
+    _create(client, "h1")
+    _create(client, "h2")
+    hung = _call(client, "h1", "hang")
+    assert "did not finish within 3 s" in _error(hung)
+    assert client.get("/fragile/prompt", headers={"X-Session-ID": "h1"}).status_code == 410
+    assert _call(client, "h2", "echo", {"text": "still"})["event"] == "end"  # its process still answers
+    _create(client, "h3")  # but takes no new session: it was retired
+    assert _call(client, "h3", "echo", {"text": "z"})["event"] == "end"
+    for sid in ("h2", "h3"):
+        client.post("/delete", headers={"X-Session-ID": sid})
+
+
+def test_startup_errors_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(LoadError, match=r"no class 'Nope'"):
+        resolve_environments(["isolated:native_envs:Nope"], str(HERE))
+    with pytest.raises(LoadError, match=r"no interpreter '/nonexistent/python'"):
+        resolve_environments(["isolated:native_envs:Fragile@/nonexistent/python"], str(HERE))
+    with pytest.raises(LoadError, match=r"not an ors_server Environment subclass"):
+        resolve_environments(["isolated:native_envs:EchoInput"], str(HERE))
