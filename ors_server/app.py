@@ -27,15 +27,18 @@ from ors_server.registry import Registry
 from ors_server.sandbox import sweep_orphans
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
+from ors_server.ui import face as ui_face
+from ors_server.ui import shape as ui_shape
 
 FACES: list[Callable[[Core], Face]] = [
     openenv.face,  # first: its fixed `/openenv/...` prefix would otherwise read as `/{env}/...` to ORS and MCP
+    ui_face,  # the web page's fixed `/ui/...` paths, none of them an ORS or MCP path
     ors.face,
     mcp.face,
     control.face,
 ]
 """The protocol faces the server speaks, in the order their routes are tried (see `ors_server.faces`)."""
-SHAPES: list[Callable[[], Face]] = [openenv.shape, ors.shape, mcp.shape, control.shape]
+SHAPES: list[Callable[[], Face]] = [openenv.shape, ui_shape, ors.shape, mcp.shape, control.shape]
 """The same faces' routes and error renderers alone, with no core behind them: what a front needs to answer in
 each face's shape (`scale.refusals`). A test holds them to `FACES`."""
 DEFAULT_FACE = "ors"

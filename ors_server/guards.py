@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ors_server.errors import Refused
 from ors_server.faces import FaceTable, deny_websocket
 from ors_server.hosts import AllowedHosts
+from ors_server.ui import auth
 
 OPEN_PATHS = {"/health"}
 SINGLE_HEADERS = (b"host", b"origin")
@@ -39,15 +40,17 @@ class HeaderChecks:
     """What is refused on a request's headers alone, in this order: a duplicated Host or Origin (400, every path),
     a Host or browser Origin outside the allowed list (421 / 403: DNS-rebinding protection, see
     `ors_server.hosts`) and a missing or wrong API key (401, when one is set), the last two on every path but
-    `/health` (WebSockets have no open path).
+    `/health` (WebSockets have no open path). The web page's login form and static files need no key
+    (`ors_server.ui.auth.keyless`), but are still held to the Host/Origin checks.
 
     The key is accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>` (what the `openreward`
-    client sends), compared in constant time.
+    client sends), or as the web page's cookie (`ors_server.ui.auth`), compared in constant time.
     """
 
     def __init__(self, hosts: AllowedHosts, api_key: str | None) -> None:
         self.hosts = hosts
         self.api_key = api_key.encode() if api_key else None
+        self.cookie_token = auth.cookie_token(self.api_key) if self.api_key else None
 
     def refusal(self, scope: Scope) -> Refused | None:
         """Why this request is refused on its headers, or None."""
@@ -65,6 +68,8 @@ class HeaderChecks:
         if stranger is not None:
             return stranger
         if self.api_key is not None and not self._authorized(headers):
+            if scope["type"] == "http" and auth.keyless(scope["path"]):
+                return None
             return Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
         return None
 
@@ -79,13 +84,14 @@ class HeaderChecks:
         return None
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        assert self.api_key is not None
+        assert self.api_key is not None and self.cookie_token is not None
         bearer = headers.get(b"authorization", b"")
-        offered = [headers.get(b"x-api-key", b"")]
+        offered = [(headers.get(b"x-api-key", b""), self.api_key)]
         if bearer[:7].lower() == b"bearer ":
-            offered.append(bearer[7:].strip())
+            offered.append((bearer[7:].strip(), self.api_key))
+        offered.append((auth.cookie_from(headers.get(b"cookie", b"")), self.cookie_token))
         # Compare every candidate so timing does not reveal which header was checked.
-        matches = [hmac.compare_digest(candidate, self.api_key) for candidate in offered]
+        matches = [hmac.compare_digest(candidate, expected) for candidate, expected in offered]
         return any(matches)
 
 

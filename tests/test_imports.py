@@ -3,7 +3,7 @@ and no two modules import each other, however indirectly.
 
     top      scale/, cli: the command line, the front, workers, Ray
     app      the app, `Server`, the middleware around them (which may know the faces, to answer in their shape)
-    faces    one module per protocol, over the core
+    faces    one module per protocol, over the core, and the web page (`ui/`)
     core     types, errors, settings, ids, environments, sessions, the call pipeline, CodeAct, composition
 
 Every import counts, also one inside a function (a lazy import is still an arrow), except under
@@ -26,7 +26,7 @@ FLOORS = {
     "app": 2,
     "top": 3,
 }
-FACES = {"ors_server.faces", "ors_server.sse", "ors_server.ws_limits"}
+FACES = {"ors_server.faces", "ors_server.sse", "ors_server.ws_limits", "ors_server.ui"}
 APP = {
     "ors_server.app",
     "ors_server.server",

@@ -52,7 +52,8 @@ UPSTREAM_CLOSE_TIMEOUT = 5.0
 SENDABLE_CLOSE_CODES = frozenset(range(1000, 1004)) | frozenset(range(1007, 1012)) | frozenset(range(3000, 5000))
 """Close codes a close frame may carry (RFC 6455 7.4): 1005, 1006 and 1015 only report what happened."""
 LOOKUP_TIMEOUT = 5.0
-LOOKUP_HEADERS = frozenset({b"host", b"authorization", b"x-api-key"})  # what a lookup takes from its request
+# What a lookup takes from its request: the Host and every way of giving the key (the web page's is its cookie).
+LOOKUP_HEADERS = frozenset({b"host", b"authorization", b"x-api-key", b"cookie"})
 WS_HEADERS_NOT_FORWARDED = frozenset(
     {"host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
     | {"sec-websocket-protocol", "content-length", "transfer-encoding"}

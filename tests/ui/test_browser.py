@@ -1,0 +1,135 @@
+"""The /ui page in a real headless chromium against a real server: the key, play mode, untrusted output.
+
+One server and one browser for the module; each test has its own browser context (its own cookies)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from environments.math import TASKS, Math
+from ors_server.app import create_app
+from ors_server.settings import Settings
+from tests.serving import serve
+from tests.ui.browser import chromium, log_in
+from tests.ui.ui_envs import Echo
+
+KEY = "ui-test-key-3f9a"
+WAIT_MS = 15_000  # a bound on each wait for the page, generous for a loaded machine
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[str]:
+    with serve(create_app([Math, Echo], Settings(api_key=KEY))) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(browser: Any, base: str) -> Iterator[Any]:
+    """A page of a fresh context, logged in."""
+    context = browser.new_context()
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    log_in(page, base, KEY, "/ui/play")
+    yield page
+    context.close()
+
+
+def test_without_the_key_the_page_shows_the_login_form_and_reads_nothing(browser: Any, base: str) -> None:
+    context = browser.new_context()
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    answer = page.goto(base + "/ui/play")
+    assert answer is not None and answer.status == 401
+    assert page.locator("input[name=key]").is_visible()
+    assert page.evaluate("fetch('/list_environments').then(r => r.status)") == 401
+    assert page.evaluate("fetch('/episodes').then(r => r.status)") == 401
+
+    page.fill("input[name=key]", "wrong")
+    page.click("#login button[type=submit]")
+    page.wait_for_selector("text=Wrong key.")
+    assert context.cookies() == []
+
+    page.fill("input[name=key]", KEY)
+    page.click("#login button[type=submit]")
+    page.wait_for_url(base + "/ui/play")  # back where it was asked for
+    page.wait_for_selector("#env option[value=math]", state="attached")
+    (cookie,) = context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert KEY not in cookie["value"]
+    assert page.evaluate("document.cookie") == ""  # out of reach of the page's scripts
+    assert KEY not in page.content()
+    context.close()
+
+
+def test_play_mode_completes_a_math_episode_to_reward_1(page: Any) -> None:
+    page.select_option("#env", "math")
+    page.wait_for_selector("#split option[value=train]", state="attached")
+    page.select_option("#split", "train")
+    page.fill("#index", "0")
+    page.click("#start-button")
+    page.wait_for_selector("#prompt .block-text")
+    assert TASKS["train"][0]["question"] in page.text_content("#prompt")
+    assert page.input_value("#tool") == "submit"
+
+    page.fill("#field-answer", str(TASKS["train"][0]["answer"]))
+    page.click("#call-button")
+    page.wait_for_selector("#results .call")
+    assert "Correct!" in page.text_content("#results")
+    assert "reward 1" in page.text_content("#results .call-result")
+    assert page.text_content("#total") == "1"
+    assert page.text_content("#state") == "finished"
+    assert page.is_disabled("#call-button")
+
+    page.click("#end")
+    page.wait_for_selector("#notice:has-text('ended')")
+    assert page.is_hidden("#session")
+
+
+def test_a_tool_form_follows_the_schema_and_markup_in_output_is_shown_as_text(page: Any) -> None:
+    payload = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+    page.select_option("#env", "echo")
+    page.wait_for_selector("#split option[value=test]", state="attached")
+    page.fill("#index", "1")  # the task whose prompt holds markup too
+    page.click("#start-button")
+    page.wait_for_selector("#prompt .block-text")
+    assert page.text_content("#prompt .block-text") == "Say something about <b>bold</b>."
+    assert page.locator("#prompt b").count() == 0
+
+    # One input of the right kind per property: text, checkbox, integer, an enum's list, JSON for an object.
+    assert page.get_attribute("#field-text", "type") == "text"
+    assert page.get_attribute("#field-loud", "type") == "checkbox"
+    assert page.get_attribute("#field-times", "type") == "number"
+    assert page.eval_on_selector("#field-mood", "e => [...e.options].map(o => o.textContent)") == [
+        "(none)",
+        "calm",
+        "glad",
+    ]
+    assert page.eval_on_selector("#field-extra", "e => e.tagName") == "TEXTAREA"
+
+    page.fill("#field-text", payload)
+    page.fill("#field-times", "2")
+    page.select_option("#field-mood", label="glad")
+    page.fill("#field-extra", '{"a": [1, 2]}')
+    page.click("#call-button")
+    page.wait_for_selector("#results .call")
+    assert page.text_content("#results .block-text") == f"{payload} {payload}"
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("#results script").count() == 0
+    (image,) = page.locator("#results img").all()
+    assert image.get_attribute("src", timeout=WAIT_MS).startswith("data:image/png;base64,")
+    assert page.evaluate("document.querySelector('#results img').naturalWidth") == 2
+    assert "reward 0.500" in page.text_content("#results .call-result")
+
+    page.fill("#field-extra", "{not json")
+    page.click("#call-button")
+    page.wait_for_selector("#notice:has-text('extra is not valid JSON')")
+    page.click("#end")
