@@ -177,7 +177,12 @@ async function episodesPage() {
       more.hidden = !next;
       notice(rows.length ? "" : "No episodes match.");
     } catch (error) {
-      notice(error.status === 404 ? "This server keeps no episode records (--records off)." : error.message, true);
+      if (error.status === 404) {
+        clearInterval(polling); // records are off: nothing will appear
+        notice("This server keeps no episode records (--records off).", true);
+      } else {
+        notice(error.message, true);
+      }
     } finally {
       busy = false;
     }
@@ -198,10 +203,10 @@ async function episodesPage() {
   apiJson("/list_environments")
     .then((names) => $("#env-names").replaceChildren(...names.map((name) => el("option", { value: name }))))
     .catch(() => {});
-  await refresh();
-  setInterval(() => {
+  const polling = setInterval(() => {
     if (!document.hidden) refresh();
   }, POLL_MS);
+  await refresh();
 }
 
 // One episode.
@@ -285,6 +290,10 @@ function renderEpisode(episode) {
 
 async function episodePage() {
   const id = new URLSearchParams(location.search).get("id") || "";
+  if (!id) {
+    notice("No episode named: open one from the list.", true);
+    return;
+  }
   const path = `/episodes/${encodeURIComponent(id)}`;
   let loading = false;
   let again = false;
