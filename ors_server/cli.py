@@ -105,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         for env_cls in environments:
             splits = ", ".join(Split.of(s).name for s in env_cls.list_splits())
             print(f"{env_cls.name}  (splits: {splits})")
+            doc = (env_cls.__dict__.get("__doc__") or "").strip()  # its own, not a base class's
+            if doc:
+                print(f"  {doc.splitlines()[0]}")
             for spec in env_cls.tools.values():
                 first_line = spec.description.splitlines()[0] if spec.description else ""
                 print(f"    {spec.name}: {first_line}")

@@ -1,5 +1,6 @@
-"""`--env` specs to environment classes: built-in names, `module:Class` imported from the working directory, or
-`FRAMEWORK:module:Class[@PYTHON]` served from host processes (`ors_server.hosting`).
+"""`--env` specs to environment classes: built-in names, `module:Class` imported from the working directory,
+`FRAMEWORK:module:Class[@PYTHON]` served from host processes (`ors_server.hosting`), or `reasoning-gym:...`
+(the library's datasets, `environments/reasoning_gym.py`).
 
 As `uvicorn main:app` does, a `module:Class` spec imports from the directory the server was started in, with no
 `PYTHONPATH` needed. Worker and front processes (and Ray actors on this host) are handed that directory, so they
@@ -39,7 +40,9 @@ def resolve_environments(specs: Sequence[str], app_dir: str | None = None) -> li
     resolved: list[type[Environment]] = []
     for spec in specs:
         prefix, _, rest = spec.partition(":")
-        if prefix in hosting.FRAMEWORKS:
+        if spec.startswith(REASONING_GYM):
+            resolved.extend(reasoning_gym_environments(spec, app_dir))
+        elif prefix in hosting.FRAMEWORKS:
             try:
                 resolved.append(hosting.load(prefix, rest, app_dir))
             except hosting.HostLoadError as exc:
@@ -53,6 +56,20 @@ def resolve_environments(specs: Sequence[str], app_dir: str | None = None) -> li
                 f"unknown environment '{spec}'; built-in ones: {', '.join(builtins)} (or give module:Class)"
             )
     return resolved
+
+
+REASONING_GYM = "reasoning-gym:"
+
+
+def reasoning_gym_environments(spec: str, app_dir: str | None = None) -> list[type[Environment]]:
+    """`reasoning-gym:...`: the library's datasets (environments/reasoning_gym.py has the grammar), imported
+    only here, so a server without the extra starts as fast as ever."""
+    from environments.reasoning_gym import environments_for
+
+    try:
+        return list(environments_for(spec.removeprefix(REASONING_GYM), os.getcwd() if app_dir is None else app_dir))
+    except ValueError as exc:
+        raise LoadError(f"--env '{spec}': {exc}") from None
 
 
 def import_environment(spec: str, app_dir: str | None = None) -> type[Environment]:

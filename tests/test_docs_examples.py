@@ -4,7 +4,8 @@ The blocks are read from the Markdown itself, so the documentation and this test
 not meant to run as it stands says so on its first line: a comment starting with `# excerpt`. The Quick start's
 two commands are pinned by tests/test_readme.py (and run by CI) instead.
 
-One `ors-server serve --codeact` (all built-ins; CodeAct for its own example) serves every block; its address
+One `ors-server serve --codeact` (all built-ins, CodeAct for its own example, and the reasoning-gym datasets of
+that section) serves every block; its address
 replaces `http://127.0.0.1:8000` in each block, and bash blocks also get it as `$B`. Python blocks run with the
 interpreter of the client they import: `openreward` in the openreward venv, `eval_protocol` and `openenv` in
 theirs (tests/clients/client_venvs.py), anything else (the `mcp` SDK, `ors_server`) in the project's. A block
@@ -27,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ors_server.loading import builtin_environments
 from tests.clients import client_venvs
 from tests.clients.harness import Server, client_env, run_server
 from tests.serving import free_port
@@ -36,6 +38,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DOCUMENTED_URL = "http://127.0.0.1:8000"
 RUNNABLE = ("bash", "python")
 NOT_CODE = ("text",)  # diagrams, sample output
+DOCUMENTED_REASONING_GYM = "reasoning-gym:chain_sum,leg_counting"  # what "reasoning-gym datasets" drives
 NOT_RUN_SECTIONS = {"Quick start"}  # pinned by tests/test_readme.py
 BLOCK_TIMEOUT = 300.0  # a cold Eval Protocol import alone takes tens of seconds on a loaded machine
 VENV_OF_IMPORT = {"openreward": "openreward", "ors_sdk": "openreward", "eval_protocol": "eval-protocol"}
@@ -94,6 +97,7 @@ def test_the_extraction_finds_the_readme_examples() -> None:
     sections = {block.section for block in RUN_BLOCKS}
     assert {"One episode with curl", "MCP clients", "CodeAct: code as the action", "Eval Protocol"} <= sections
     assert {"OpenEnv clients", "Write your own environment", "Compose MCP tool servers"} <= sections
+    assert "reasoning-gym datasets" in sections
     assert not any(block.section == "Quick start" for block in RUN_BLOCKS)
 
 
@@ -107,7 +111,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     except SandboxUnavailable:
         os.environ["ORS_CODEACT_SANDBOX"] = "none"  # the CodeAct example is about the tool, not the sandbox
     try:
-        with run_server(tmp_path_factory.mktemp("docs-server"), "--codeact") as running:
+        builtins = [arg for env_cls in builtin_environments() for arg in ("--env", env_cls.name)]
+        args = ["--codeact", *builtins, "--env", DOCUMENTED_REASONING_GYM]
+        with run_server(tmp_path_factory.mktemp("docs-server"), *args) as running:
             yield running
     finally:
         if saved is None:

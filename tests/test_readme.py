@@ -26,7 +26,7 @@ def quick_start_commands() -> list[str]:
 
 def test_quick_start_has_an_install_and_serve_command_and_an_install_and_test_command() -> None:
     serve, test = quick_start_commands()
-    assert serve.startswith("pip install -e . && ors-server serve")
+    assert serve.startswith('pip install -e ".[reasoning-gym]" && ors-server serve')
     assert test == 'pip install -e ".[test]" && pytest'
 
 
