@@ -16,6 +16,7 @@ and one line in `FRAMEWORKS`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -32,6 +33,8 @@ FRAMEWORKS: dict[str, str] = {
 }
 """`--env` prefix -> the adapter (a file of `adapters/`) its host processes load."""
 
+DESCRIPTIONS = "ORS_HOSTED_DESCRIPTIONS"
+"""The environment variable that hands the descriptions loaded to the processes this one starts."""
 LOAD_TIMEOUT = 120.0
 """Seconds the host process started at `--env` loading may take to import the class and describe it."""
 
@@ -53,10 +56,18 @@ def load(prefix: str, rest: str, app_dir: str | None = None) -> type[HostedEnvir
         raise HostLoadError(f"--env '{spec_text}': {exc}") from None
     cwd = os.path.abspath(os.getcwd() if app_dir is None else app_dir)
     spec = HostSpec(FRAMEWORKS[prefix], target, interpreter, cwd)
+    known = json.loads(os.environ.get(DESCRIPTIONS, "{}"))
+    key = json.dumps([spec.framework, target, interpreter, cwd])
+    if key in known:
+        return hosted_class(spec, known[key])
     try:
         description = describe_once(spec, LOAD_TIMEOUT)
     except (HostError, HostFailed) as exc:
         raise HostLoadError(f"--env '{spec_text}': {exc}") from None
+    # Worker processes (`--workers`) inherit the environment: they reuse the description rather than start a
+    # host process each to ask again (a framework's import can take seconds).
+    known[key] = description
+    os.environ[DESCRIPTIONS] = json.dumps(known)
     return hosted_class(spec, description)
 
 

@@ -40,6 +40,7 @@ class HostPool:
     async def run(self) -> AsyncIterator[HostPool]:
         async with anyio.create_task_group() as group:
             self._group = group
+            group.start_soon(self._warm)
             try:
                 yield self
             finally:
@@ -48,6 +49,13 @@ class HostPool:
                     host.kill()
                 group.cancel_scope.cancel()
         self._group = None
+
+    async def _warm(self) -> None:
+        """Start the first process ahead of the first session (a framework's import can take seconds)."""
+        try:
+            await self.any()
+        except Exception as exc:
+            logger.warning("host process of %s did not start: %s", self.spec.label, exc)
 
     def _live(self) -> list[HostProcess]:
         return [host for host in self.hosts if host.dead is None]

@@ -92,8 +92,13 @@ class HostSpec:
         return [os.path.realpath(sys.executable), "-I", "-S", launch.__file__, str(AGENT_ID), *command]
 
     def environ(self) -> dict[str, str]:
-        # Not the server's settings nor its API key: a host runs code that agents reach.
-        return {name: value for name, value in os.environ.items() if not name.startswith("ORS_")}
+        # Not the server's settings nor its API key: a host runs code that agents reach. A foreign interpreter
+        # gets none of the paths that point at the server's own packages either.
+        env = {name: value for name, value in os.environ.items() if not name.startswith("ORS_")}
+        if os.path.realpath(self.python) != os.path.realpath(sys.executable):
+            for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+                env.pop(name, None)
+        return env
 
     def load_request(self) -> dict[str, Any]:
         source = adapter_source(self.framework)
