@@ -38,9 +38,14 @@ def page(browser: Any, base: str) -> Iterator[Any]:
     context = browser.new_context()
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
+    refused: list[str] = []  # what the Content-Security-Policy refused: nothing the page itself does
+    page.on(
+        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
+    )
     log_in(page, base, KEY, "/ui/play")
     yield page
     context.close()
+    assert refused == []
 
 
 def test_without_the_key_the_page_shows_the_login_form_and_reads_nothing(browser: Any, base: str) -> None:

@@ -246,8 +246,9 @@ function callItem(call, index) {
     { class: "call-head" },
     el("strong", {}, `#${index + 1} ${call.tool}`),
     " ",
-    el("span", { class: `badge ${call.ok ? "ok" : "failed"}` }, call.ok ? "ok" : "error"),
+    el("span", { class: `badge ${call.ok ? "ok" : "failed"}` }, call.ok ? "ok" : call.reason || "error"),
     ` ${call.face || ""} · ${fmtTime(call.started_at)} · ${call.duration_ms ?? "?"} ms`,
+    call.step ? ` · inside step ${call.step}` : "",
   );
   const item = el("li", { class: "call", "data-index": index }, head);
   item.append(el("details", { open: true }, el("summary", {}, "arguments"), el("pre", {}, json(call.arguments ?? {}))));
