@@ -41,6 +41,12 @@ function json(value) {
   return JSON.stringify(value, null, 2);
 }
 
+// Short values on one line, longer ones indented.
+function jsonShort(value) {
+  const compact = JSON.stringify(value);
+  return compact !== undefined && compact.length <= 100 ? compact : json(value);
+}
+
 function fmtReward(value) {
   if (value === null || value === undefined) return "";
   return Number.isInteger(value) ? String(value) : Number(value).toFixed(3);
@@ -215,7 +221,10 @@ function rewardPlot(calls) {
   const width = 600;
   const height = 160;
   const pad = 28;
-  const rewards = calls.map((call) => (call.ok && call.output && typeof call.output.reward === "number" ? call.output.reward : 0));
+  // The steps are the calls the environment accepted (a refused call changes nothing, as in the step count).
+  const rewards = calls
+    .filter((call) => call.ok && call.output)
+    .map((call) => (typeof call.output.reward === "number" ? call.output.reward : 0));
   const totals = [];
   rewards.reduce((sum, reward, i) => (totals[i] = sum + reward), 0);
   const values = [0, ...rewards, ...totals];
@@ -251,7 +260,7 @@ function callItem(call, index) {
     call.step ? ` · inside step ${call.step}` : "",
   );
   const item = el("li", { class: "call", "data-index": index }, head);
-  item.append(el("details", { open: true }, el("summary", {}, "arguments"), el("pre", {}, json(call.arguments ?? {}))));
+  item.append(el("details", { open: true }, el("summary", {}, "arguments"), el("pre", {}, jsonShort(call.arguments ?? {}))));
   if (call.ok && call.output) {
     item.append(renderBlocks(call.output.blocks));
     item.append(
@@ -275,7 +284,7 @@ function renderEpisode(episode) {
     ["Face", episode.face],
     ["Labels", fmtLabels(episode.labels)],
     ["Started", fmtTime(episode.started_at)],
-    ["Ended", episode.ended_at ? `${fmtTime(episode.ended_at)} (${episode.end_reason || "?"})` : ""],
+    ["Ended", episode.ended_at ? `${fmtTime(episode.ended_at)} (${episode.end_reason || "?"})` : "not yet"],
     ["Steps", episode.steps],
     ["Reward", fmtReward(episode.reward)],
     ["Finished", episode.finished ? "yes" : "no"],
@@ -298,6 +307,7 @@ async function episodePage() {
   const path = `/episodes/${encodeURIComponent(id)}`;
   let loading = false;
   let again = false;
+  let lastError = null;
 
   // Each event only says that something happened: the page reads the record again (coalescing a burst of events
   // into one read), so what it shows is always the server's whole record.
@@ -317,6 +327,7 @@ async function episodePage() {
       notice("");
       return episode;
     } catch (error) {
+      lastError = error;
       notice(error.message, true);
       return null;
     } finally {
@@ -324,7 +335,12 @@ async function episodePage() {
     }
   }
 
-  const episode = await load();
+  // An episode reaches the records within a second of starting: a page opened sooner waits for it, a little.
+  let episode = await load();
+  for (let tries = 0; !episode && tries < 10 && lastError && lastError.status === 404; tries++) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    episode = await load();
+  }
   if (!episode || episode.status !== "live") return;
   const events = new EventSource(`${path}/events`);
   let ended = false;
@@ -561,7 +577,7 @@ async function playPage() {
       });
       const result = callResult(parseSse(text));
       const item = el("li", { class: "call" }, el("div", { class: "call-head" }, el("strong", {}, name), " ", el("span", { class: `badge ${result.ok ? "ok" : "failed"}` }, result.ok ? "ok" : result.reason || "error")));
-      item.append(el("details", {}, el("summary", {}, "arguments"), el("pre", {}, json(input))));
+      item.append(el("details", {}, el("summary", {}, "arguments"), el("pre", {}, jsonShort(input))));
       if (result.ok) {
         const output = result.output || {};
         item.append(renderBlocks(output.blocks));
