@@ -18,11 +18,13 @@ from ors_server import hosting
 from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
-from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, mcp, openenv, ors
+from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, episodes, mcp, openenv, ors
 from ors_server.guards import Guard
 from ors_server.hosts import AllowedHosts
 from ors_server.lookup import WorkerSide
 from ors_server.observability import Metrics, Observe
+from ors_server.records.reading import Reader
+from ors_server.records.recorder import RecordsCollector, recorder_for
 from ors_server.registry import Registry
 from ors_server.sandbox import sweep_orphans
 from ors_server.sessions import SessionStore
@@ -33,12 +35,13 @@ from ors_server.ui import shape as ui_shape
 FACES: list[Callable[[Core], Face]] = [
     openenv.face,  # first: its fixed `/openenv/...` prefix would otherwise read as `/{env}/...` to ORS and MCP
     ui_face,  # the web page's fixed `/ui/...` paths, none of them an ORS or MCP path
+    episodes.face,  # and the episode records' `/episodes/...`
     ors.face,
     mcp.face,
     control.face,
 ]
 """The protocol faces the server speaks, in the order their routes are tried (see `ors_server.faces`)."""
-SHAPES: list[Callable[[], Face]] = [openenv.shape, ui_shape, ors.shape, mcp.shape, control.shape]
+SHAPES: list[Callable[[], Face]] = [openenv.shape, ui_shape, episodes.shape, ors.shape, mcp.shape, control.shape]
 """The same faces' routes and error renderers alone, with no core behind them: what a front needs to answer in
 each face's shape (`scale.refusals`). A test holds them to `FACES`."""
 DEFAULT_FACE = "ors"
@@ -58,17 +61,33 @@ def create_app(
     core = Core(registry, store, calls, settings)
     faces_table = FaceTable([make(core) for make in faces], default=DEFAULT_FACE)
     metrics = Metrics(store, calls, faces_table)
+    recorder = recorder_for(settings, store)
+    reader = None
+    if recorder is not None:
+        # An observer like the metrics: every episode and call is recorded (`ors_server.records`).
+        calls.observe(recorder)
+        metrics.registry.register(RecordsCollector(recorder))
+        reader = Reader(recorder.target)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Sandbox directories of servers killed without a teardown (SIGKILL) are removed; a live server's never.
         await anyio.to_thread.run_sync(sweep_orphans)
-        # Host pools outlive the store: its sessions are torn down (in their host processes) before they close.
-        async with hosting.pools(environments, settings), store.run(), AsyncExitStack() as stack:
+        async with AsyncExitStack() as stack:
+            if recorder is not None:
+                # Outside the store: the episodes its shutdown ends are written before the recorder stops.
+                await stack.enter_async_context(recorder.run())
+            # Host pools outlive the store: its sessions are torn down (in their host processes) before they close.
+            await stack.enter_async_context(hosting.pools(environments, settings))
+            await stack.enter_async_context(store.run())
             for face in faces_table.faces:
                 if face.lifespan is not None:
                     await stack.enter_async_context(face.lifespan())
-            yield
+            try:
+                yield
+            finally:
+                if reader is not None:
+                    await reader.close()  # ends the event streams of live episodes
 
     routes = [FaceRouter(faces_table, extra=[Route("/metrics", metrics.endpoint)])]
     middleware = [
@@ -88,6 +107,7 @@ def create_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.store = store
+    app.state.records = reader
     app.state.calls = calls
     app.state.aliases = core.aliases
     app.state.faces = faces_table

@@ -155,6 +155,17 @@ class Observer(EpisodeWatcher):
         first, with `call.step` set to the step's call id; the step comes after them."""
 
 
+class Throttle(Observer):
+    """An observer that can fall behind: while `full`, calls wait in `room()` before they are admitted."""
+
+    @property
+    def full(self) -> bool:
+        return False
+
+    async def room(self) -> None:
+        """Return once there is room again."""
+
+
 class _Overtime(Exception):
     """An async tool cancelled at the tool timeout."""
 
@@ -180,6 +191,9 @@ class Calls:
         self.running = 0
         """Tool calls started and not yet ended, over every session (a worker reports it to its fronts)."""
         self.observers: list[Observer] = []
+        self.throttles: list[Throttle] = []
+        """Observers that may fall behind (the episode records): a call waits for their room before it is
+        admitted, so a slow database slows the callers rather than losing records (backpressure)."""
         self._unbounded = anyio.CapacityLimiter(math.inf)
         """For tool threads, whose slot in the store's "tools" pool is held by the call itself."""
         self._replayable: deque[ToolCall] = deque()
@@ -189,9 +203,12 @@ class Calls:
         store.on_sweep.append(self._forget_replays)  # in a lull too, not only when the next call ends
 
     def observe(self, observer: Observer) -> None:
-        """Tell `observer` of every episode's start and end and of every finished call from now on."""
+        """Tell `observer` of every episode's start and end and of every finished call from now on (and, if it is a
+        `Throttle`, let new calls wait for its room)."""
         self.observers.append(observer)
         self.store.watchers.append(observer)
+        if isinstance(observer, Throttle):
+            self.throttles.append(observer)
 
     # The tools a client sees.
 
@@ -263,6 +280,9 @@ class Calls:
         session, episode = call.session, call.episode
         result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
         try:
+            for throttle in self.throttles:
+                if throttle.full:
+                    await throttle.room()
             if not await self.store.acquire(episode):
                 result = _busy(call.name) if episode.overdue else _ended(call.name)
             else:
@@ -549,6 +569,7 @@ __all__ = [
     "EpisodeEnd",
     "Observer",
     "Reason",
+    "Throttle",
     "ToolCall",
     "ToolCrashed",
     "ToolRejected",

@@ -1,9 +1,10 @@
-"""`ors-server serve` and `ors-server envs`."""
+"""`ors-server serve`, `ors-server envs` and `ors-server episodes`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import socket
 import sys
 import traceback
@@ -12,6 +13,7 @@ from typing import Any
 
 from ors_server.environment import Environment
 from ors_server.loading import LoadError, resolve_environments
+from ors_server.records.db import resolve as resolve_records
 from ors_server.registry import Registry
 from ors_server.settings import Flag, Settings, serve_flags
 from ors_server.types import Split
@@ -95,11 +97,88 @@ def _parser() -> argparse.ArgumentParser:
     envs.add_argument(
         "--env", action="append", default=[], metavar="NAME", help="this environment (default: all built-ins)"
     )
+
+    episodes = commands.add_parser(
+        "episodes",
+        help="read episode records without a server: list, show ID, export",
+        description="Read episode records (what `serve` recorded) from their database, without a server.",
+    )
+    actions = episodes.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    listing = actions.add_parser("list", help="episodes, newest first, one line each")
+    show = actions.add_parser("show", help="one episode with its task, prompt and calls, as JSON")
+    show.add_argument("id", help="the episode's id")
+    exporting = actions.add_parser("export", help="episodes as JSON Lines on standard output")
+    exporting.add_argument("--format", choices=["jsonl", "evaluation_row"], default="jsonl")
+    for action in (listing, show, exporting):
+        action.add_argument(
+            "--records",
+            metavar="PATH|URL",
+            default=None,
+            help="the records (default: $ORS_RECORDS, else ./ors-episodes.db)",
+        )
+    for action in (listing, exporting):
+        action.add_argument("--env", default=None, metavar="NAME", help="of this environment only")
+        action.add_argument("--status", choices=["live", "ended"], default=None)
+        action.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="with this label")
+        action.add_argument("--since", default=None, metavar="TIME", help="started at or after (ISO 8601)")
+        action.add_argument("--until", default=None, metavar="TIME", help="started before (ISO 8601)")
+    listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N episodes")
     return parser
+
+
+def _episodes(args: argparse.Namespace) -> None:
+    """`ors-server episodes list|show|export`: read the records database directly."""
+    import json
+    import os
+
+    from ors_server.records import db as records_db
+    from ors_server.records import reading
+
+    target = records_db.resolve(args.records)
+    if target is None:
+        raise SystemExit("ors-server: --records off: there are no records to read")
+    if not records_db.is_postgres(target) and not os.path.exists(target):
+        raise SystemExit(f"ors-server: no episode records at {target} (give --records PATH)")
+    try:
+        database = records_db.Database(target)
+    except records_db.RecordsError as exc:
+        raise SystemExit(f"ors-server: {exc}") from None
+    try:
+        if args.action == "show":
+            row = database.episode(args.id)
+            if row is None:
+                raise SystemExit(f"ors-server: no episode {args.id!r} in {records_db.shown(target)}")
+            print(json.dumps(reading.full(row, database.calls(row["key"])), indent=2))
+            return
+        labels = dict(label.partition("=")[::2] for label in args.label)
+        try:
+            times = {name: value for name, value in (("since", args.since), ("until", args.until)) if value}
+            filters = reading.Filters.parse(times, labels)
+        except ValueError as exc:
+            raise SystemExit(f"ors-server: {exc}") from None
+        filters.env, filters.status = args.env, args.status
+        if args.action == "export":
+            for line in reading.export_lines(database, filters, args.format):
+                sys.stdout.write(line)
+            return
+        page = database.episodes(**filters.query(), limit=args.limit)
+        for row in page.rows:
+            episode = reading.summary(row)
+            labels_text = ",".join(f"{k}={v}" for k, v in episode["labels"].items()) or "-"
+            print(
+                f"{episode['id']}  {episode['env']}  {episode['status']}"
+                f"{' (' + episode['end_reason'] + ')' if episode['end_reason'] else ''}  steps={episode['steps']}"
+                f"  reward={episode['reward']:g}  {episode['started_at']}  {labels_text}"
+            )
+    finally:
+        database.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "episodes":
+        _episodes(args)
+        return
     environments = _load(args.env, getattr(args, "log_level", "info") == "debug")
     if args.command == "envs":
         for env_cls in environments:
@@ -126,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"ors-server: {exc}") from None
     if settings.codeact:
         _check_codeact(settings)
+    # Every process of a deployment records to the same place: a file named once, as an absolute path.
+    settings = dataclasses.replace(settings, records=resolve_records(settings.records) or "off")
     if settings.fronts > 1 and (settings.workers is None or settings.ray is not None):
         raise SystemExit("ors-server: --fronts needs --workers N (with --ray, start one front per node instead)")
     if settings.fronts > 1 and not hasattr(socket, "SO_REUSEPORT"):

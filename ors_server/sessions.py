@@ -134,6 +134,8 @@ class Session:
     config: dict[str, Any] | None = None
     """Set when the task came from a seed and config (see `Environment.task_from_seed`); resets reuse it."""
     created_by: str = "ors"
+    labels: dict[str, str] = field(default_factory=dict)
+    """What the client that created the session said of it (`X-Episode-Labels`), kept in its episodes' records."""
     episode: Episode = field(default_factory=Episode)
     deleted: bool = False
     """Discarded: the id no longer names it, whatever its episodes are still doing."""
@@ -361,6 +363,7 @@ class SessionStore:
         seed: int | None = None,
         config: dict[str, Any] | None = None,
         created_by: str = "ors",
+        labels: dict[str, str] | None = None,
     ) -> Session:
         """Register a session and start building its first episode in the background; returns at once."""
         self.check_id(session_id)
@@ -371,7 +374,14 @@ class SessionStore:
         self._check_admission()
         self._check_size("the task spec", task_spec)
         session = Session(
-            session_id, env_cls, task_spec, dict(secrets or {}), seed=seed, config=config, created_by=created_by
+            session_id,
+            env_cls,
+            task_spec,
+            dict(secrets or {}),
+            seed=seed,
+            config=config,
+            created_by=created_by,
+            labels=dict(labels or {}),
         )
         self._tombstones.pop(session_id, None)
         self._sessions[session_id] = session
@@ -389,6 +399,7 @@ class SessionStore:
         config: dict[str, Any] | None = None,
         created_by: str,
         any_env: bool = False,
+        labels: dict[str, str] | None = None,
     ) -> tuple[Session, bool]:
         """Get or create: the live session `session_id` (its idle timer refreshed), or a new one of `env_cls`
         whose task is `env_cls.task_from_seed(seed, config)`; and whether it was created by this call.
@@ -408,7 +419,10 @@ class SessionStore:
         session = self._live(session_id, env_cls, any_env)
         if session is not None:
             return session, False
-        return self.create(session_id, env_cls, task_spec, seed=seed, config=config, created_by=created_by), True
+        created = self.create(
+            session_id, env_cls, task_spec, seed=seed, config=config, created_by=created_by, labels=labels
+        )
+        return created, True
 
     def _live(self, session_id: str, env_cls: type[Environment], any_env: bool) -> Session | None:
         session = self._sessions.get(session_id)
@@ -684,20 +698,21 @@ class SessionStore:
 
     # Reading the environment.
 
-    async def read_prompt(self, session: Session) -> Blocks:
-        """The episode's opening blocks (`get_prompt()`), read under the episode's lock."""
-        blocks: Blocks = await self._read(session, "get_prompt")
+    async def read_prompt(self, session: Session, episode: Episode | None = None) -> Blocks:
+        """The episode's opening blocks (`get_prompt()`), read under the episode's lock (of the session's current
+        episode, or of `episode`)."""
+        blocks: Blocks = await self._read(session, "get_prompt", episode)
         return blocks
 
     async def initial_observation(self, session: Session) -> Any:
         """The episode's first observation (`initial_observation()`), read under the episode's lock."""
         return await self._read(session, "initial_observation")
 
-    async def _read(self, session: Session, method: str) -> Any:
+    async def _read(self, session: Session, method: str, episode: Episode | None = None) -> Any:
         """Call a method of the episode's environment that says something about the episode. A session that is
         gone raises SessionDeleted, one without a built environment SessionStarting, one whose timed-out call
         still runs SessionBusy, and a method that raises (or returns the wrong thing) ReadFailed."""
-        episode = session.episode
+        episode = episode or session.episode
         if not await self.acquire(episode):
             raise SessionBusy()
         try:

@@ -1,6 +1,6 @@
 """Server settings: one frozen object, validated when it is built, grouped by concern.
 
-Each group is a dataclass of its own (`Limits`, `Pools`, `Network`, `Sandbox`, `Scale`), documented here, and
+Each group is a dataclass of its own (`Limits`, `Pools`, `Network`, `Sandbox`, `Records`, `Scale`), documented here, and
 `Settings` is all of them (a field is read flat: `settings.max_sessions`). Every field is declared with
 `setting(...)`, which holds what the rest needs to know about it: its validation rule, and, for the fields that
 `ors-server serve` sets, the flag's help and metavar. `serve_flags()` turns that into one table (flag, field,
@@ -320,6 +320,44 @@ class Scale:
     """Set on a worker behind a front (`w<index>-<incarnation>`): the session ids it mints name it."""
 
 
+@dataclass(frozen=True)
+class Records:
+    """Episode records: every episode, its calls and how it ended, kept in a database (`ors_server.records`)."""
+
+    records: str | None = setting(
+        None,
+        "where episode records go: a SQLite file, a postgresql:// URL, or off",
+        metavar="PATH|URL|off",
+        shown="`ors-episodes.db` (or `$ORS_RECORDS`)",
+    )
+    """A SQLite file path, a `postgresql://` URL, or "off"; None: `$ORS_RECORDS`, else `ors-episodes.db` in the
+    working directory."""
+    records_keep_days: float | None = setting(
+        None,
+        "ended episodes older than this many days are forgotten",
+        rule="positive_or_none",
+        metavar="D",
+        shown="none",
+    )
+    records_max_bytes: int | None = setting(
+        None,
+        "the records' size (task, prompt, calls as JSON) past which the oldest ended episodes are forgotten",
+        rule="at_least_1_or_none",
+        metavar="N",
+        shown="none",
+    )
+    """A bound on what the records hold (counted as the JSON text of tasks, prompts and calls, so about the
+    database's size), enforced every few seconds by each writer."""
+    records_queue: int = setting(
+        10_000,
+        "record items waiting for the database at most; past it new tool calls wait (backpressure)",
+        rule="at_least_1",
+        metavar="N",
+    )
+    """Items (episode starts and ends, calls) queued for the database writer at most; past it tool calls wait
+    before they are admitted, and `ors_records_wait_seconds_total` counts the wait."""
+
+
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "positive": (lambda v: v > 0, "must be positive"),
     "at_least_1": (lambda v: v >= 1, "must be at least 1"),
@@ -331,7 +369,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 # Field order is the reverse of this list (dataclasses collect fields from the last base first).
 @dataclass(frozen=True)
-class Settings(Scale, Sandbox, Network, Pools, Limits):
+class Settings(Scale, Records, Sandbox, Network, Pools, Limits):
     """Everything a server (or a deployment of several processes) is told, validated when it is built; error
     messages name the field and the rule."""
 
@@ -417,6 +455,7 @@ GROUPS: dict[type, str] = {
     Limits: "limits",
     Pools: "thread pools",
     Sandbox: "CodeAct sandbox",
+    Records: "episode records",
     Scale: "scale-out",
 }
 

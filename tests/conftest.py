@@ -7,7 +7,19 @@ shadow it. Helpers are imported by their full name (`from tests.serving import s
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from ors_server.records.db import ENV_VARIABLE
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _records_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every server the tests start, in process or as a subprocess (which inherits the environment), records its
+    episodes in a temporary file rather than `ors-episodes.db` in the working directory (the checkout)."""
+    if not os.environ.get(ENV_VARIABLE):
+        os.environ[ENV_VARIABLE] = str(tmp_path_factory.mktemp("records") / "episodes.db")
 
 
 @pytest.fixture

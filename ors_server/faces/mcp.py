@@ -94,6 +94,9 @@ from ors_server.errors import (
 from ors_server.faces import Core, Face
 from ors_server.faces.tagging import public_id, tagged_transport
 from ors_server.ids import worker_tag
+from ors_server.records.labels import HEADER as LABELS_HEADER
+from ors_server.records.labels import checked, merged
+from ors_server.records.labels import parse_header as parse_labels
 from ors_server.registry import Registry
 from ors_server.sessions import Ending, Session, SessionStore
 from ors_server.settings import Settings
@@ -390,12 +393,18 @@ class McpFace:
             config = extra.get("config") or {}
             if not isinstance(config, dict):
                 raise BadRequest("clientInfo._extra.config must be an object")
+            labels = merged(
+                parse_labels(Headers(scope=scope).get(LABELS_HEADER)),
+                checked(extra.get("labels") or {}, "clientInfo._extra.labels"),
+            )
             session: Session | None = None
             created = False
             if key is not None:
                 key = self.store.check_id(str(key).strip())
                 self._opening[key] += 1
-                session, created = await self.store.open(key, env_cls, seed=seed, config=config, created_by="mcp")
+                session, created = await self.store.open(
+                    key, env_cls, seed=seed, config=config, created_by="mcp", labels=labels
+                )
                 admitted = self._admit(session)
                 if not created and session.created_by == "mcp" and (session.step_count or session.finished):
                     # The same row run again: a fresh episode, identical to the first (same seed, same config).
@@ -425,7 +434,13 @@ class McpFace:
                     if session is None:
                         try:
                             session = self.store.create(
-                                transport_id, env_cls, task or {}, seed=seed, config=config, created_by="mcp"
+                                transport_id,
+                                env_cls,
+                                task or {},
+                                seed=seed,
+                                config=config,
+                                created_by="mcp",
+                                labels=labels,
                             )
                         except OrsError as exc:
                             # Lost a race for the last slot: refuse; the unbound transport idles out.

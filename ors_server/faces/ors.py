@@ -34,6 +34,8 @@ from ors_server.errors import (
 )
 from ors_server.faces import Core, Face
 from ors_server.faces.openapi import Endpoint, openapi_document
+from ors_server.records.labels import HEADER as LABELS_HEADER
+from ors_server.records.labels import parse_header as parse_labels
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings
@@ -286,9 +288,9 @@ class OrsFace:
         if task_spec is None:
             assert body.split is not None and body.index is not None
             task_spec = await _get_task(self.store, env_cls, body.split, body.index)
-        self.store.create(sid, env_cls, task_spec, secrets)
+        labels = parse_labels(request.headers.get(LABELS_HEADER))
+        self.store.create(sid, env_cls, task_spec, secrets, labels=labels)
         # Clients keep a session alive by pinging within this many idle seconds (`ors-client` pings at a third).
-        # `X-Episode-Labels` (key=value,...) is accepted and not stored yet.
         timeout = self.settings.session_timeout
         return JSONResponse({"sid": sid}, headers={SESSION_TIMEOUT_HEADER: f"{timeout:g}"})
 

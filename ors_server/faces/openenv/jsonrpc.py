@@ -30,6 +30,8 @@ from ors_server.faces.openenv.wire import (
     tool_error,
     unknown_session,
 )
+from ors_server.records.labels import HEADER as LABELS_HEADER
+from ors_server.records.labels import parse_header as parse_labels
 from ors_server.sessions import Session
 from ors_server.types import ToolOutput
 
@@ -45,17 +47,24 @@ class JsonRpc:
     async def endpoint(self, request: Request) -> Response:
         path_env = request.path_params.get("env")
         env_cls = self.face.env_of(path_env)
+        labels = parse_labels(request.headers.get(LABELS_HEADER))
         raw = await request.body()
         try:
             message = wirejson.loads(raw)
         except wirejson.MalformedJson:
             return JSONResponse(rpc_reply(None, error=RpcError(PARSE_ERROR, "Parse error")))
-        return JSONResponse(await self.answer(message, env_cls, path_env))
+        return JSONResponse(await self.answer(message, env_cls, path_env, labels=labels))
 
     async def answer(
-        self, message: Any, env_cls: type[Environment], path_env: str | None, bound: Session | None = None
+        self,
+        message: Any,
+        env_cls: type[Environment],
+        path_env: str | None,
+        bound: Session | None = None,
+        labels: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The JSON-RPC response to `message`. `bound` is the session of the socket an `mcp` frame came on."""
+        """The JSON-RPC response to `message`. `bound` is the session of the socket an `mcp` frame came on;
+        `labels` those of the request (`X-Episode-Labels`), for a session it creates."""
         request_id = message.get("id") if isinstance(message, dict) else None
         try:
             if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -65,7 +74,7 @@ class JsonRpc:
                 raise RpcError(INVALID_REQUEST, "Invalid request: 'method' must be a string")
             if not isinstance(params, dict):
                 raise RpcError(INVALID_REQUEST, "Invalid request: 'params' must be an object")
-            return rpc_reply(request_id, await self._rpc_method(method, params, env_cls, path_env, bound))
+            return rpc_reply(request_id, await self._rpc_method(method, params, env_cls, path_env, bound, labels))
         except RpcError as error:
             return rpc_reply(request_id, error=error)
         except OrsError as exc:
@@ -81,6 +90,7 @@ class JsonRpc:
         env_cls: type[Environment],
         path_env: str | None,
         bound: Session | None,
+        labels: dict[str, str] | None = None,
     ) -> Any:
         if method == "tools/list":
             session = self._named(params, path_env) or bound
@@ -93,7 +103,9 @@ class JsonRpc:
         if method == "tools/call":
             return await self._rpc_call(params, env_cls, path_env, bound)
         if method == "openenv/session/create":
-            session, _ = await self.face.store.open(self.face.new_id(), env_cls, config={}, created_by=CREATED_BY)
+            session, _ = await self.face.store.open(
+                self.face.new_id(), env_cls, config={}, created_by=CREATED_BY, labels=labels
+            )
             return {"session_id": session.id}
         if method == "openenv/session/close":
             session = self._named(params, path_env)

@@ -66,10 +66,17 @@ class OpenEnvFace:
     def env_of(self, env_name: str | None) -> type[Environment]:
         return self.registry.get(env_name)
 
-    async def open_socket(self, env_cls: type[Environment], requested: str | None, path_env: str | None) -> Socket:
-        """The session a new socket drives: a new one, or the live session `requested` (attached, not owned)."""
+    async def open_socket(
+        self,
+        env_cls: type[Environment],
+        requested: str | None,
+        path_env: str | None,
+        labels: dict[str, str] | None = None,
+    ) -> Socket:
+        """The session a new socket drives: a new one (with `labels`), or the live session `requested` (attached,
+        not owned)."""
         if requested is None:
-            session, _ = await self.store.open(self.new_id(), env_cls, config={}, created_by=CREATED_BY)
+            session, _ = await self.store.open(self.new_id(), env_cls, config={}, created_by=CREATED_BY, labels=labels)
             socket = Socket(session, owned=True)
         else:
             try:

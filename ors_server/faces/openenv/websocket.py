@@ -14,7 +14,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ors_server import wirejson
 from ors_server.environment import Environment
-from ors_server.errors import CapacityReached, EnvironmentNotFound, InvalidTask, OrsError, TaskTooLarge
+from ors_server.errors import BadRequest, CapacityReached, EnvironmentNotFound, InvalidTask, OrsError, TaskTooLarge
 from ors_server.faces import deny_websocket
 from ors_server.faces.openenv.jsonrpc import JsonRpc
 from ors_server.faces.openenv.sessions import OpenEnvFace, Socket
@@ -32,6 +32,8 @@ from ors_server.faces.openenv.wire import (
     reset_payload,
     step_payload,
 )
+from ors_server.records.labels import HEADER as LABELS_HEADER
+from ors_server.records.labels import parse_header as parse_labels
 from ors_server.sessions import Session
 
 logger = logging.getLogger("ors_server.openenv")
@@ -48,12 +50,13 @@ class SocketChannel:
         path_env = websocket.path_params.get("env")
         try:
             env_cls = face.env_of(path_env)
-        except EnvironmentNotFound as exc:
+            labels = parse_labels(websocket.headers.get(LABELS_HEADER))
+        except (EnvironmentNotFound, BadRequest) as exc:
             await deny_websocket(websocket.scope, websocket.receive, websocket.send, render_error(exc))
             return
         await websocket.accept()
         try:
-            socket = await face.open_socket(env_cls, websocket.query_params.get("session_id"), path_env)
+            socket = await face.open_socket(env_cls, websocket.query_params.get("session_id"), path_env, labels)
         except (FrameError, OrsError) as exc:
             await websocket.send_text((exc if isinstance(exc, FrameError) else _refusal(exc, face, env_cls)).frame())
             await websocket.close(1000)

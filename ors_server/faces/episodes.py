@@ -1,0 +1,118 @@
+"""The episode records' REST readers: `/episodes` (list, with filters and cursor pagination), `/episodes/{id}`,
+`/episodes/{id}/events` (SSE: the calls of a live episode as they happen, then `end`) and `/episodes/export`
+(streaming JSON Lines: our own records, or Eval Protocol `EvaluationRow`s).
+
+A face like the others (behind the API key, errors as `{"detail": ...}`), but over the records database rather
+than the session store: it reads what every process of a deployment writes there, so behind a front any worker
+answers for all of them. With `--records off` every path answers 404 saying so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ors_server import sse
+from ors_server.errors import BadRequest, NotFound, OrsError
+from ors_server.faces import Core, Face
+from ors_server.records.labels import checked
+from ors_server.records.reading import DEFAULT_LIMIT, FORMATS, MAX_LIMIT, Filters, Reader
+
+LABEL_PREFIX = "label."
+
+
+def _reader(request: Request) -> Reader:
+    reader: Reader | None = getattr(request.app.state, "records", None)
+    if reader is None:
+        raise NotFound("episode records are off on this server (--records off)")
+    return reader
+
+
+def _filters(request: Request) -> Filters:
+    query = request.query_params
+    labels = {key[len(LABEL_PREFIX) :]: value for key, value in query.items() if key.startswith(LABEL_PREFIX)}
+    try:
+        return Filters.parse(dict(query), checked(labels, "label filters"))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _limit(request: Request) -> int:
+    text = request.query_params.get("limit")
+    if text is None:
+        return DEFAULT_LIMIT
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+async def list_episodes(request: Request) -> Response:
+    reader = _reader(request)
+    filters, limit = _filters(request), _limit(request)
+    try:
+        page = await reader.page(filters, limit, request.query_params.get("cursor"))
+    except ValueError:
+        raise BadRequest("cursor must be the `next` of an earlier page") from None
+    return JSONResponse(page)
+
+
+async def show_episode(request: Request) -> Response:
+    episode = await _reader(request).episode(request.path_params["episode_id"])
+    if episode is None:
+        raise NotFound("no such episode")
+    return JSONResponse(episode)
+
+
+async def episode_events(request: Request) -> Response:
+    reader = _reader(request)
+    episode_id = request.path_params["episode_id"]
+    if await reader.episode(episode_id) is None:
+        raise NotFound("no such episode")
+    keepalive = request.app.state.settings.sse_keepalive
+    store = request.app.state.store
+
+    async def stream() -> AsyncIterator[bytes]:
+        last = time.monotonic()
+        async for kind, data in reader.events(episode_id):
+            if kind == "ping":
+                if store.closing:
+                    return  # the server is stopping: an open stream must not hold its shutdown
+                if time.monotonic() - last < keepalive:
+                    continue
+                yield sse.keepalive()
+            else:
+                yield sse.event(kind, sse.to_json(data)).encode()
+            last = time.monotonic()
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=sse.HEADERS)
+
+
+async def export(request: Request) -> Response:
+    reader = _reader(request)
+    format = request.query_params.get("format", "jsonl")
+    if format not in FORMATS:
+        raise BadRequest(f"format must be {' or '.join(FORMATS)}, got {format!r}"[:200])
+    filters = _filters(request)
+    return StreamingResponse(reader.export(filters, format), media_type="application/x-ndjson")
+
+
+def render_error(exc: OrsError) -> Response:
+    return JSONResponse({"detail": exc.message}, exc.status, headers=exc.headers)
+
+
+def shape() -> Face:
+    routes = [
+        Route("/episodes", list_episodes, methods=["GET"]),
+        Route("/episodes/export", export, methods=["GET"]),
+        Route("/episodes/{episode_id}", show_episode, methods=["GET"]),
+        Route("/episodes/{episode_id}/events", episode_events, methods=["GET"]),
+    ]
+    return Face("episodes", routes, render_error)
+
+
+def face(core: Core) -> Face:
+    return shape()

@@ -1,0 +1,414 @@
+"""Where episode records are kept: one SQLite file or one PostgreSQL database, through the drivers directly.
+
+Everything here is synchronous and runs on a thread of its own (the recorder's writer thread, or a reader's): the
+standard library's `sqlite3` for the embedded default, and `psycopg` (3) for PostgreSQL, imported only when a
+`postgresql://` URL is given. One SQL text serves both: it is written with `?` placeholders and `{float}` for the
+one column type that differs, and `Database` fills those in for its backend.
+
+The schema is versioned (`ors_meta.schema_version`): `MIGRATIONS[n]` takes a database from version n to n + 1, and
+opening a database applies the ones it lacks, under a lock, so several processes opening one database at once
+migrate it once. A database written by a newer version is refused with a message that says so.
+
+Several processes write to one database: SQLite in WAL mode with a busy timeout (writers take turns, readers never
+wait), PostgreSQL as it is. Each writer process registers itself in `ors_writers` (an owner token, its host and
+pid, a heartbeat); its episodes carry the token, so an episode whose process died can be told from a live one
+(`mark_orphans`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_FILE = "ors-episodes.db"
+"""The SQLite file records go to by default, in the working directory."""
+ENV_VARIABLE = "ORS_RECORDS"
+"""Where records go when `--records` is not given (the tests point it at a temporary file)."""
+BUSY_TIMEOUT_MS = 10_000
+STALE_WRITER = 60.0
+"""Seconds without a heartbeat after which a writer on another host is taken for dead (its episodes
+`worker_lost`); a writer on this host is known dead at once when its pid is gone."""
+
+MIGRATIONS: list[list[str]] = [
+    # 0 -> 1: episodes, their calls and labels, and the writers that own live episodes.
+    [
+        "CREATE TABLE ors_writers (owner TEXT PRIMARY KEY, host TEXT NOT NULL, pid BIGINT NOT NULL,"
+        " started_at {float} NOT NULL, seen_at {float} NOT NULL)",
+        "CREATE TABLE ors_episodes (key TEXT PRIMARY KEY, id TEXT NOT NULL, session_id TEXT NOT NULL,"
+        " number BIGINT NOT NULL, env TEXT NOT NULL, face TEXT NOT NULL, labels TEXT NOT NULL, task TEXT NOT NULL,"
+        " prompt TEXT, started_at {float} NOT NULL, ended_at {float}, end_reason TEXT,"
+        " steps BIGINT NOT NULL DEFAULT 0, reward {float} NOT NULL DEFAULT 0, finished BIGINT NOT NULL DEFAULT 0,"
+        " calls BIGINT NOT NULL DEFAULT 0, owner TEXT NOT NULL)",
+        "CREATE INDEX ors_episodes_started ON ors_episodes (started_at, key)",
+        "CREATE INDEX ors_episodes_id ON ors_episodes (id)",
+        "CREATE INDEX ors_episodes_live ON ors_episodes (owner) WHERE ended_at IS NULL",
+        "CREATE TABLE ors_calls (episode TEXT NOT NULL, n BIGINT NOT NULL, face TEXT, tool TEXT NOT NULL,"
+        " arguments TEXT, ok BIGINT NOT NULL, output TEXT, error TEXT, reason TEXT, started_at {float} NOT NULL,"
+        " duration_ms {float} NOT NULL, step TEXT, PRIMARY KEY (episode, n))",
+        "CREATE TABLE ors_labels (episode TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+        " PRIMARY KEY (episode, key))",
+        "CREATE INDEX ors_labels_kv ON ors_labels (key, value)",
+    ],
+    # 1 -> 2: the bytes each episode's record takes, for the size bound (`--records-max-bytes`).
+    ["ALTER TABLE ors_episodes ADD COLUMN bytes BIGINT NOT NULL DEFAULT 0"],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+_PG_LOCK = 0x0E5_4EC0  # the advisory lock that serialises migrations of one PostgreSQL database
+
+
+class RecordsError(Exception):
+    """The records database cannot be used (unreachable, written by a newer version, ...)."""
+
+
+def is_postgres(target: str) -> bool:
+    return target.startswith(("postgresql://", "postgres://"))
+
+
+def resolve(target: str | None) -> str | None:
+    """Where records go: `target` (`--records`), else `$ORS_RECORDS`, else `ors-episodes.db` in the working
+    directory; a file path made absolute (so every process of a deployment names the same file); None for off."""
+    chosen = target or os.environ.get(ENV_VARIABLE) or DEFAULT_FILE
+    if chosen.strip().lower() == "off":
+        return None
+    return chosen if is_postgres(chosen) else os.path.abspath(chosen)
+
+
+def shown(target: str) -> str:
+    """`target` as a log line may show it: a PostgreSQL URL without its password."""
+    if not is_postgres(target):
+        return target
+    scheme, _, rest = target.partition("://")
+    if "@" in rest:
+        credentials, _, place = rest.rpartition("@")
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{place}" if ":" in credentials else f"{scheme}://{user}@{place}"
+    return target
+
+
+@dataclass
+class Page:
+    rows: list[dict[str, Any]]
+    next: str | None
+
+
+EPISODE_COLUMNS = (
+    "key, id, session_id, number, env, face, labels, started_at, ended_at, end_reason, steps, reward, finished, calls"
+)
+
+
+class Database:
+    """One connection to the records database, used from one thread at a time (`lock`)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.postgres = is_postgres(target)
+        self.lock = threading.Lock()
+        try:
+            self._conn = self._connect()
+            self._migrate()
+        except RecordsError:
+            raise
+        except Exception as exc:
+            raise RecordsError(f"cannot open the episode records at {shown(target)}: {exc}") from None
+
+    def _connect(self) -> Any:
+        if self.postgres:
+            import psycopg
+
+            return psycopg.connect(self.target, autocommit=True)
+        conn = sqlite3.connect(
+            self.target, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
+        )
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        # WAL with synchronous NORMAL survives a process crash (SIGKILL) whole; only an OS crash may lose the last
+        # transactions.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
+
+    def close(self) -> None:
+        with self.lock:
+            self._conn.close()
+
+    def sql(self, text: str) -> str:
+        return text.replace("?", "%s") if self.postgres else text
+
+    def execute(self, text: str, params: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(self.sql(text), params)
+
+    def rows(self, text: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        with self.lock:
+            cursor = self.execute(text, params)
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction: SQLite's taken for writing at once (`BEGIN IMMEDIATE`), so two writers never deadlock
+        upgrading a read lock."""
+        self.execute("BEGIN" if self.postgres else "BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.execute("ROLLBACK")
+            raise
+        self.execute("COMMIT")
+
+    # The schema.
+
+    def _migrate(self) -> None:
+        with self.lock, self.transaction():
+            if self.postgres:
+                self.execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK,))
+            self.execute("CREATE TABLE IF NOT EXISTS ors_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            row = self.execute("SELECT value FROM ors_meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise RecordsError(
+                    f"the episode records at {shown(self.target)} are of schema version {version}, written by a newer "
+                    f"ors-server (this one knows up to {SCHEMA_VERSION}): upgrade, or choose another --records"
+                )
+            for step in MIGRATIONS[version:]:
+                for statement in step:
+                    self.execute(statement.replace("{float}", "DOUBLE PRECISION" if self.postgres else "REAL"))
+            if version < SCHEMA_VERSION:
+                self.execute("DELETE FROM ors_meta WHERE key = 'schema_version'")
+                self.execute("INSERT INTO ors_meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def version(self) -> int:
+        return int(self.rows("SELECT value FROM ors_meta WHERE key = 'schema_version'")[0]["value"])
+
+    # Writers and orphans.
+
+    def register(self, owner: str) -> None:
+        now = time.time()
+        with self.lock, self.transaction():
+            self.execute(
+                "INSERT INTO ors_writers (owner, host, pid, started_at, seen_at) VALUES (?, ?, ?, ?, ?)",
+                (owner, socket.gethostname(), os.getpid(), now, now),
+            )
+
+    def heartbeat(self, owner: str) -> None:
+        with self.lock:
+            self.execute("UPDATE ors_writers SET seen_at = ? WHERE owner = ?", (time.time(), owner))
+
+    def retire(self, owner: str) -> None:
+        with self.lock:
+            self.execute("DELETE FROM ors_writers WHERE owner = ?", (owner,))
+
+    def mark_orphans(self, owner: str | None = None) -> int:
+        """End, as `worker_lost`, the live episodes of writers that are gone: on this host, those whose pid is no
+        longer running; elsewhere, those silent for `STALE_WRITER` seconds; and episodes whose writer row is
+        missing altogether. Returns how many episodes it ended."""
+        host, now = socket.gethostname(), time.time()
+        writers = self.rows("SELECT owner, host, pid, seen_at FROM ors_writers")
+        gone = [
+            w["owner"]
+            for w in writers
+            if w["owner"] != owner
+            and ((w["host"] == host and not _running(int(w["pid"]))) or w["seen_at"] < now - STALE_WRITER)
+        ]
+        known = {w["owner"] for w in writers} - set(gone)
+        live_owners = {r["owner"] for r in self.rows("SELECT DISTINCT owner FROM ors_episodes WHERE ended_at IS NULL")}
+        lost = [o for o in live_owners if o not in known and o != owner]
+        ended = 0
+        with self.lock, self.transaction():
+            for dead in lost:
+                cursor = self.execute(
+                    "UPDATE ors_episodes SET ended_at = ?, end_reason = 'worker_lost'"
+                    " WHERE owner = ? AND ended_at IS NULL",
+                    (now, dead),
+                )
+                ended += max(cursor.rowcount, 0)
+            for dead in gone:
+                self.execute("DELETE FROM ors_writers WHERE owner = ?", (dead,))
+        return ended
+
+    # Writing a batch.
+
+    def write(self, batch: Batch) -> None:
+        """Write one batch in one transaction."""
+        with self.lock, self.transaction():
+            if batch.episodes:
+                self._conn.cursor().executemany(
+                    self.sql(
+                        "INSERT INTO ors_episodes (key, id, session_id, number, env, face, labels, task, started_at,"
+                        " owner, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    batch.episodes,
+                )
+            if batch.labels:
+                self._conn.cursor().executemany(
+                    self.sql("INSERT INTO ors_labels (episode, key, value) VALUES (?, ?, ?)"), batch.labels
+                )
+            if batch.calls:
+                self._conn.cursor().executemany(
+                    self.sql(
+                        "INSERT INTO ors_calls (episode, n, face, tool, arguments, ok, output, error, reason,"
+                        " started_at, duration_ms, step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    batch.calls,
+                )
+            for key, (steps, reward, finished, calls, size) in batch.counters.items():
+                self.execute(
+                    "UPDATE ors_episodes SET steps = ?, reward = ?, finished = ?, calls = ?, bytes = bytes + ?"
+                    " WHERE key = ?",
+                    (steps, reward, finished, calls, size, key),
+                )
+            for key, prompt in batch.prompts:
+                self.execute(
+                    "UPDATE ors_episodes SET prompt = ?, bytes = bytes + ? WHERE key = ?", (prompt, len(prompt), key)
+                )
+            for key, ended_at, reason in batch.ends:
+                self.execute(
+                    "UPDATE ors_episodes SET ended_at = ?, end_reason = ? WHERE key = ? AND ended_at IS NULL",
+                    (ended_at, reason, key),
+                )
+
+    # Retention.
+
+    def prune(self, keep_days: float | None, max_bytes: int | None) -> int:
+        """Forget ended episodes older than `keep_days`, then the oldest ended ones while the records take more
+        than `max_bytes`. Returns how many were forgotten."""
+        doomed: list[str] = []
+        if keep_days is not None:
+            horizon = time.time() - keep_days * 86400
+            doomed += [
+                r["key"]
+                for r in self.rows(
+                    "SELECT key FROM ors_episodes WHERE ended_at IS NOT NULL AND started_at < ? LIMIT 10000",
+                    (horizon,),
+                )
+            ]
+        if max_bytes is not None:
+            total = int(self.rows("SELECT COALESCE(SUM(bytes), 0) AS total FROM ors_episodes")[0]["total"])
+            if total > max_bytes:
+                for row in self.rows(
+                    "SELECT key, bytes FROM ors_episodes WHERE ended_at IS NOT NULL ORDER BY started_at LIMIT 10000"
+                ):
+                    if total <= max_bytes:
+                        break
+                    doomed.append(row["key"])
+                    total -= int(row["bytes"])
+        if not doomed:
+            return 0
+        with self.lock, self.transaction():
+            for key in set(doomed):
+                for table, column in (("ors_calls", "episode"), ("ors_labels", "episode"), ("ors_episodes", "key")):
+                    self.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
+        return len(set(doomed))
+
+    # Reading.
+
+    def episodes(
+        self,
+        *,
+        env: str | None = None,
+        status: str | None = None,
+        labels: dict[str, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 50,
+        cursor: tuple[float, str] | None = None,
+        full: bool = False,
+    ) -> Page:
+        """Episodes, newest first, that pass the filters; `cursor` is where the previous page stopped."""
+        where: list[str] = ["1 = 1"]
+        params: list[Any] = []
+        if env is not None:
+            where.append("env = ?")
+            params.append(env)
+        if status == "live":
+            where.append("ended_at IS NULL")
+        elif status == "ended":
+            where.append("ended_at IS NOT NULL")
+        for key, value in (labels or {}).items():
+            where.append("key IN (SELECT episode FROM ors_labels WHERE key = ? AND value = ?)")
+            params += [key, value]
+        if since is not None:
+            where.append("started_at >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("started_at < ?")
+            params.append(until)
+        if cursor is not None:
+            where.append("(started_at < ? OR (started_at = ? AND key < ?))")
+            params += [cursor[0], cursor[0], cursor[1]]
+        columns = EPISODE_COLUMNS + (", task, prompt" if full else "")
+        rows = self.rows(
+            f"SELECT {columns} FROM ors_episodes WHERE {' AND '.join(where)}"
+            " ORDER BY started_at DESC, key DESC LIMIT ?",
+            (*params, limit + 1),
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return Page(rows, f"{rows[-1]['started_at']!r}/{rows[-1]['key']}" if more and rows else None)
+
+    def episode(self, episode_id: str) -> dict[str, Any] | None:
+        """The latest episode recorded under `episode_id` (an id opened again after its session ended names a new
+        episode), with its task and prompt."""
+        rows = self.rows(
+            f"SELECT {EPISODE_COLUMNS}, task, prompt FROM ors_episodes WHERE id = ? ORDER BY started_at DESC LIMIT 1",
+            (episode_id,),
+        )
+        return rows[0] if rows else None
+
+    def state(self, key: str) -> dict[str, Any] | None:
+        rows = self.rows(f"SELECT {EPISODE_COLUMNS} FROM ors_episodes WHERE key = ?", (key,))
+        return rows[0] if rows else None
+
+    def calls(self, key: str, after: int = -1) -> list[dict[str, Any]]:
+        return self.rows(
+            "SELECT n, face, tool, arguments, ok, output, error, reason, started_at, duration_ms, step"
+            " FROM ors_calls WHERE episode = ? AND n > ? ORDER BY n",
+            (key, after),
+        )
+
+
+@dataclass
+class Batch:
+    """Rows to write in one transaction (built by the recorder's writer from its queue)."""
+
+    episodes: list[tuple[Any, ...]]
+    labels: list[tuple[str, str, str]]
+    calls: list[tuple[Any, ...]]
+    counters: dict[str, tuple[int, float, int, int, int]]
+    prompts: list[tuple[str, str]]
+    ends: list[tuple[str, float, str]]
+
+    @classmethod
+    def empty(cls) -> Batch:
+        return cls([], [], [], {}, [], [])
+
+    def __len__(self) -> int:
+        return len(self.episodes) + len(self.calls) + len(self.prompts) + len(self.ends)
+
+
+def parse_cursor(text: str) -> tuple[float, str]:
+    """A cursor from `Page.next`; ValueError if it is not one."""
+    started, _, key = text.partition("/")
+    if not key:
+        raise ValueError("not a cursor")
+    return float(started), key
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)

@@ -1,0 +1,260 @@
+"""Reading episode records: as the REST readers and the CLI show them, and as exported (our own JSON Lines, or
+Eval Protocol `EvaluationRow`s).
+
+`Reader` is the async side the server uses (every query on a thread of its own, on a connection of its own, so
+reading never waits for the writer); the CLI uses a `Database` directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from ors_server.records.db import Database, loads, parse_cursor
+
+MAX_LIMIT = 500
+DEFAULT_LIMIT = 50
+EXPORT_PAGE = 200
+POLL = 0.3
+"""Seconds between looks at a live episode's new calls (they reach the database within about that, from any
+worker)."""
+
+
+def iso(seconds: float | None) -> str | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+
+
+def parse_time(text: str, name: str) -> float:
+    """An ISO 8601 time (UTC if it names no zone) as epoch seconds; ValueError naming `name` otherwise."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{name} must be an ISO 8601 time, got {text!r}"[:200]) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+@dataclass
+class Filters:
+    """What `GET /episodes`, the export and the CLI select episodes by."""
+
+    env: str | None = None
+    status: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    since: float | None = None
+    until: float | None = None
+
+    @classmethod
+    def parse(cls, query: dict[str, str], labels: dict[str, str]) -> Filters:
+        """From query parameters (`env`, `status`, `since`, `until`) and `label.KEY=VALUE` ones; ValueError
+        with a message for the client if one is wrong."""
+        status = query.get("status")
+        if status not in (None, "live", "ended"):
+            raise ValueError(f"status must be live or ended, got {status!r}"[:200])
+        since = parse_time(query["since"], "since") if query.get("since") else None
+        until = parse_time(query["until"], "until") if query.get("until") else None
+        return cls(query.get("env"), status, labels, since, until)
+
+    def query(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "status": self.status,
+            "labels": self.labels,
+            "since": self.since,
+            "until": self.until,
+        }
+
+
+def summary(row: dict[str, Any]) -> dict[str, Any]:
+    """An episode as `GET /episodes` lists it."""
+    return {
+        "id": row["id"],
+        "session_id": row["session_id"],
+        "env": row["env"],
+        "status": "live" if row["ended_at"] is None else "ended",
+        "face": row["face"],
+        "labels": json.loads(row["labels"]),
+        "started_at": iso(row["started_at"]),
+        "ended_at": iso(row["ended_at"]),
+        "end_reason": row["end_reason"],
+        "steps": int(row["steps"]),
+        "reward": float(row["reward"]),
+        "finished": bool(row["finished"]),
+    }
+
+
+def call_of(row: dict[str, Any]) -> dict[str, Any]:
+    """A call as a record shows it: `output` when it was accepted, else `error` (and why: `reason`)."""
+    call: dict[str, Any] = {
+        "face": row["face"],
+        "tool": row["tool"],
+        "arguments": loads(row["arguments"]),
+        "ok": bool(row["ok"]),
+    }
+    if row["ok"]:
+        call["output"] = loads(row["output"])
+    else:
+        call["error"] = row["error"]
+        call["reason"] = row["reason"]
+    call["started_at"] = iso(row["started_at"])
+    call["duration_ms"] = row["duration_ms"]
+    if row["step"] is not None:
+        call["step"] = row["step"]  # made from inside a CodeAct step: the step's call id
+    return call
+
+
+def full(row: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """An episode as `GET /episodes/{id}` shows it, and as `jsonl` exports it."""
+    return {
+        **summary(row),
+        "task": loads(row["task"]),
+        "prompt": loads(row["prompt"]),
+        "calls": [call_of(c) for c in calls],
+    }
+
+
+def _text(blocks: Any) -> str:
+    """The text of content blocks (images named, not inlined)."""
+    parts = []
+    for block in blocks or []:
+        if block.get("type") == "text":
+            parts.append(block.get("text", ""))
+        else:
+            parts.append(f"[{block.get('type', 'block')} {block.get('mimeType', '')}]".replace(" ]", "]"))
+    return "\n".join(parts)
+
+
+def evaluation_row(episode: dict[str, Any]) -> dict[str, Any]:
+    """An episode (`full`) as an Eval Protocol `EvaluationRow`: the prompt as the user's message, each call as an
+    assistant message with one tool call and the tool's answer, the reward as the evaluation score, and the ids
+    and labels in the metadata."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": _text(episode["prompt"])}]
+    for n, call in enumerate(episode["calls"]):
+        call_id = f"call_{n}"
+        arguments = json.dumps(call["arguments"] if call["arguments"] is not None else {})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": call["tool"], "arguments": arguments}}
+                ],
+            }
+        )
+        content = _text(call["output"]["blocks"]) if call["ok"] else f"Error: {call['error']}"
+        messages.append({"role": "tool", "tool_call_id": call_id, "name": call["tool"], "content": content})
+    ids = {
+        "episode_id": episode["id"],
+        "session_id": episode["session_id"],
+        "env": episode["env"],
+        "face": episode["face"],
+        "labels": episode["labels"],
+    }
+    return {
+        "messages": messages,
+        "input_metadata": {
+            "row_id": episode["id"],
+            "completion_params": {},
+            "dataset_info": {"env": episode["env"], "task": episode["task"]},
+            "session_data": ids,
+        },
+        "evaluation_result": {
+            "score": episode["reward"],
+            "is_score_valid": True,
+            "reason": f"ended: {episode['end_reason']}" if episode["end_reason"] else "live",
+        },
+        "execution_metadata": {
+            "rollout_id": episode["id"],
+            "tool_call_count": len(episode["calls"]),
+            "extra": {**ids, "steps": episode["steps"], "finished": episode["finished"]},
+        },
+        "created_at": episode["started_at"],
+    }
+
+
+FORMATS = {"jsonl": lambda episode: episode, "evaluation_row": evaluation_row}
+
+
+def export_lines(db: Database, filters: Filters, format: str) -> Iterator[str]:
+    """Every episode that passes `filters`, newest first, one JSON line each (synchronously: the CLI's)."""
+    cursor = None
+    while True:
+        page = db.episodes(**filters.query(), limit=EXPORT_PAGE, cursor=cursor, full=True)
+        for row in page.rows:
+            yield json.dumps(FORMATS[format](full(row, db.calls(row["key"])))) + "\n"
+        if page.next is None:
+            return
+        cursor = parse_cursor(page.next)
+
+
+class Reader:
+    """The server's reads of the records database, each on a thread, on a connection of the reader's own."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self._db: Database | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+        self.closing = anyio.Event()
+
+    async def _run(self, function: Any, *args: Any, **kwargs: Any) -> Any:
+        def call() -> Any:
+            if self._db is None:
+                self._db = Database(self.target)
+            return function(self._db, *args, **kwargs)
+
+        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+
+    async def close(self) -> None:
+        self.closing.set()
+        if self._db is not None:
+            await anyio.to_thread.run_sync(self._db.close, limiter=self._limiter)
+
+    async def page(self, filters: Filters, limit: int, cursor: str | None) -> dict[str, Any]:
+        position = parse_cursor(cursor) if cursor else None
+        page = await self._run(Database.episodes, **filters.query(), limit=limit, cursor=position)
+        return {"episodes": [summary(row) for row in page.rows], "next": page.next}
+
+    async def episode(self, episode_id: str) -> dict[str, Any] | None:
+        row = await self._run(Database.episode, episode_id)
+        if row is None:
+            return None
+        return full(row, await self._run(Database.calls, row["key"]))
+
+    async def events(self, episode_id: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """("call", call) for each call of the episode, as they are recorded, then ("end", the episode); ("ping",
+        {}) between looks at a live one (for keepalives)."""
+        row = await self._run(Database.episode, episode_id)
+        if row is None:
+            return
+        key, after = row["key"], -1
+        while True:
+            state = await self._run(Database.state, key)
+            for call in await self._run(Database.calls, key, after):
+                after = call["n"]
+                yield "call", call_of(call)
+            if state is None or state["ended_at"] is not None:
+                if state is not None:
+                    yield "end", summary(state)
+                return
+            with anyio.move_on_after(POLL):
+                await self.closing.wait()
+            if self.closing.is_set():
+                return
+            yield "ping", {}
+
+    async def export(self, filters: Filters, format: str) -> AsyncIterator[str]:
+        cursor = None
+        while True:
+            page = await self._run(Database.episodes, **filters.query(), limit=EXPORT_PAGE, cursor=cursor, full=True)
+            for row in page.rows:
+                calls = await self._run(Database.calls, row["key"])
+                yield json.dumps(FORMATS[format](full(row, calls))) + "\n"
+            if page.next is None:
+                return
+            cursor = parse_cursor(page.next)

@@ -1,0 +1,338 @@
+"""The recorder: an `Observer` of the call pipeline that keeps every episode, off the call path.
+
+Observer methods only append to a queue (a list) what they must read while they are called (the call's arguments
+are let go when `call_ended` returns); one writer task turns the queue into rows and writes them in batches, on a
+thread of its own, within `FLUSH_DELAY` of the first item. So a call whose answer reached its client is on disk
+within about a second, and a SIGKILL loses at most that.
+
+Backpressure: the queue holds at most `--records-queue` items; past that, new tool calls wait before they are
+admitted (`Calls.throttles`) until the writer has caught up, and the time they waited is counted
+(`ors_records_wait_seconds_total`). Nothing is dropped silently: a batch the database refuses is tried again
+(`RETRIES`), then dropped with an error in the log and `ors_records_dropped_total`.
+
+Secrets never reach a record: every text written (arguments, outputs, errors, the task, the prompt) has the
+session's secret values masked, as they appear raw and as JSON escapes them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ors_server.calls import Throttle, ToolCall, ToolRejected, wall_clock
+from ors_server.records.db import Batch, Database, RecordsError, resolve, shown
+from ors_server.sessions import Episode, EpisodeEnd, Session, SessionStore, State
+from ors_server.settings import Settings
+from ors_server.types import ToolOutput
+
+logger = logging.getLogger("ors_server.records")
+
+FLUSH_DELAY = 0.2
+"""Seconds the writer waits after the first queued item, to write what follows it in the same batch."""
+HEARTBEAT = 10.0
+"""Seconds between a writer's heartbeats (and sweeps for orphaned episodes and retention)."""
+RETRIES = 5
+
+
+@dataclass(eq=False)
+class _Open:
+    """What the recorder keeps of an episode while calls may still end in it."""
+
+    key: str
+    secrets: dict[str, str]
+    calls: int = 0
+
+
+def episode_id(session: Session, episode: Episode) -> str:
+    """The record's id: the session id for its first episode, `{session_id}:{n}` for the n-th after a reset."""
+    return session.id if episode.number == 0 else f"{session.id}:{episode.number}"
+
+
+class Recorder(Throttle):
+    """Records every episode of one store into one database (see the module docstring)."""
+
+    def __init__(self, settings: Settings, store: SessionStore, target: str) -> None:
+        self.settings, self.store, self.target = settings, store, target
+        self.db: Database | None = None
+        self.owner = uuid.uuid4().hex
+        self._queue: list[tuple[Any, ...]] = []
+        self._open: weakref.WeakKeyDictionary[Episode, _Open] = weakref.WeakKeyDictionary()
+        self._wake = anyio.Event()
+        self._room: anyio.Event | None = None
+        self._written = anyio.Event()
+        self._limiter = anyio.CapacityLimiter(1)
+        self.counts = {"written": 0, "dropped": 0, "batches": 0}
+        self.waited = 0.0
+        """Seconds tool calls waited for the writer to catch up (backpressure)."""
+        self.closing = anyio.Event()
+
+    # The observer: record what is needed and return.
+
+    def episode_started(self, session: Session, episode: Episode) -> None:
+        opened = _Open(uuid.uuid4().hex, session.secrets)
+        self._open[episode] = opened
+        self._put(
+            ("start", opened, episode_id(session, episode), session, episode.number, time.time(), session.task_spec)
+        )
+        self.store.spawn(self._read_prompt, session, episode, opened)
+
+    def episode_ended(self, session: Session, episode: Episode, how: EpisodeEnd) -> None:
+        opened = self._open.get(episode)
+        if opened is not None:
+            self._put(("end", opened, time.time(), how))
+
+    def call_ended(self, call: ToolCall) -> None:
+        opened = self._open.get(call.episode)
+        if opened is None:
+            return
+        opened.calls += 1
+        episode = call.episode
+        counters = (episode.step_count, episode.total_reward, episode.finished, opened.calls)
+        self._put(("call", opened, opened.calls - 1, call, call.arguments, call.result, counters))
+
+    def _put(self, item: tuple[Any, ...]) -> None:
+        self._queue.append(item)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    # Backpressure (`Calls.throttles`).
+
+    @property
+    def full(self) -> bool:
+        return len(self._queue) >= self.settings.records_queue
+
+    async def room(self) -> None:
+        """Wait until the queue has room (called before a call is admitted, only when it is full)."""
+        started = time.monotonic()
+        while self.full and self.db is not None:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+        self.waited += time.monotonic() - started
+
+    # The writer.
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[Recorder]:
+        """Open the database and write until the block ends, then write what is left."""
+        self.db = await anyio.to_thread.run_sync(Database, self.target)
+        await self._in_thread(self.db.register, self.owner)
+        lost = await self._in_thread(self.db.mark_orphans, self.owner)
+        logger.info(
+            "episode records: %s%s",
+            shown(self.target),
+            f" ({lost} episodes of processes gone marked worker_lost)" if lost else "",
+        )
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._write_forever)
+                group.start_soon(self._keep_forever)
+                try:
+                    yield self
+                finally:
+                    self.closing.set()
+                    group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._flush()
+                await self._in_thread(self.db.retire, self.owner)
+                await self._in_thread(self.db.close)
+
+    async def _in_thread(self, function: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(function, *args, limiter=self._limiter)
+
+    async def _write_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            if len(self._queue) < self.settings.records_queue // 2:
+                await anyio.sleep(FLUSH_DELAY)
+            await self._flush()
+
+    async def _keep_forever(self) -> None:
+        """Heartbeat, orphans and retention, every `HEARTBEAT` seconds (a database hiccup is logged and tried again
+        next time)."""
+        assert self.db is not None
+        db = self.db
+        while True:
+            await anyio.sleep(HEARTBEAT)
+            try:
+                await self._in_thread(db.heartbeat, self.owner)
+                await self._in_thread(db.mark_orphans, self.owner)
+                await self._in_thread(db.prune, self.settings.records_keep_days, self.settings.records_max_bytes)
+            except Exception as exc:
+                logger.warning("episode records upkeep failed: %s", exc)
+
+    async def _flush(self) -> None:
+        """Write everything queued so far, as one batch (shielded: items taken from the queue are written even if
+        the writer is cancelled meanwhile, at shutdown)."""
+        with anyio.CancelScope(shield=True):
+            await self._write_queued()
+
+    async def _write_queued(self) -> None:
+        assert self.db is not None
+        items, self._queue = self._queue, []
+        self._wake = anyio.Event()
+        if items:
+            batch = await self._in_thread(_batch, items, self.owner)
+            for attempt in range(RETRIES):
+                try:
+                    await self._in_thread(self.db.write, batch)
+                    self.counts["written"] += len(items)
+                    self.counts["batches"] += 1
+                    break
+                except Exception as exc:
+                    if attempt == RETRIES - 1:
+                        self.counts["dropped"] += len(items)
+                        logger.error("episode records: dropped %d items the database refused: %s", len(items), exc)
+                    else:
+                        await anyio.sleep(0.2 * 2**attempt)
+        if self._room is not None and not self.full:
+            self._room.set()
+            self._room = None
+
+    async def _read_prompt(self, session: Session, episode: Episode, opened: _Open) -> None:
+        """Record the episode's prompt once its setup has ended (a failed setup has none)."""
+        await episode.ready.wait()
+        if episode.state is State.SETUP_FAILED or episode.ended:
+            return
+        try:
+            blocks = await self.store.read_prompt(session, episode)
+        except Exception:
+            return  # the episode ended meanwhile, or its prompt cannot be read: the record has none
+        self._put(("prompt", opened, [block.model_dump(exclude_none=True) for block in blocks]))
+
+
+# Turning queued items into rows (on the writer's thread).
+
+
+def _batch(items: list[tuple[Any, ...]], owner: str) -> Batch:
+    batch = Batch.empty()
+    sizes: dict[str, int] = {}
+    for item in items:
+        kind, opened = item[0], item[1]
+        secrets = opened.secrets
+        if kind == "start":
+            _, _, record_id, session, number, started_at, task_spec = item
+            labels = dict(session.labels)
+            task = _masked(task_spec, secrets)
+            batch.episodes.append(
+                (
+                    opened.key,
+                    record_id,
+                    session.id,
+                    number,
+                    session.env_name,
+                    session.created_by,
+                    json.dumps(labels),
+                    task,
+                    started_at,
+                    owner,
+                    len(task),
+                )
+            )
+            batch.labels += [(opened.key, key, value) for key, value in labels.items()]
+        elif kind == "call":
+            _, _, n, call, arguments, result, (steps, reward, finished, count) = item
+            row = _call_row(opened.key, n, call, arguments, result, secrets)
+            batch.calls.append(row)
+            sizes[opened.key] = sizes.get(opened.key, 0) + sum(len(v) for v in row if isinstance(v, str))
+            batch.counters[opened.key] = (steps, reward, int(finished), count, sizes[opened.key])
+        elif kind == "prompt":
+            batch.prompts.append((opened.key, _masked(item[2], secrets)))
+        elif kind == "end":
+            batch.ends.append((opened.key, item[2], item[3]))
+    return batch
+
+
+def _call_row(
+    key: str, n: int, call: ToolCall, arguments: Any, result: Any, secrets: dict[str, str]
+) -> tuple[Any, ...]:
+    output = error = reason = None
+    if isinstance(result, ToolOutput):
+        output = _masked(
+            {
+                "blocks": [block.model_dump(exclude_none=True) for block in result.blocks],
+                "reward": result.reward,
+                "finished": result.finished,
+                "metadata": result.metadata,
+            },
+            secrets,
+        )
+    else:
+        error = _mask(result.message, secrets)
+        reason = result.reason if isinstance(result, ToolRejected) else "crashed"
+    return (
+        key,
+        n,
+        call.face,
+        _mask(call.name, secrets),
+        _masked(arguments, secrets),
+        int(output is not None),
+        output,
+        error,
+        reason,
+        wall_clock(call.started),
+        round((call.ended_at - call.started) * 1000, 3),
+        call.step,
+    )
+
+
+def _masked(value: Any, secrets: dict[str, str]) -> str:
+    """`value` as JSON with every secret value masked (raw, and as JSON escapes it inside a string)."""
+    return _mask(json.dumps(value, default=str, ensure_ascii=False), secrets)
+
+
+def _mask(text: str, secrets: dict[str, str]) -> str:
+    for value in secrets.values():
+        if value:
+            text = text.replace(value, "***")
+            escaped = json.dumps(value, ensure_ascii=False)[1:-1]
+            if escaped != value:
+                text = text.replace(escaped, "***")
+    return text
+
+
+class RecordsCollector(Collector):
+    """The recorder's figures for `/metrics`."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        recorder = self.recorder
+        yield GaugeMetricFamily(
+            "ors_records_queue", "Episode record items waiting for the writer", value=len(recorder._queue)
+        )
+        yield CounterMetricFamily(
+            "ors_records_written", "Episode record items written to the database", value=recorder.counts["written"]
+        )
+        yield CounterMetricFamily(
+            "ors_records_dropped",
+            "Episode record items dropped after the database refused them (logged)",
+            value=recorder.counts["dropped"],
+        )
+        yield CounterMetricFamily(
+            "ors_records_wait_seconds",
+            "Seconds tool calls waited for the episode records writer to catch up (backpressure)",
+            value=recorder.waited,
+        )
+
+
+def recorder_for(settings: Settings, store: SessionStore) -> Recorder | None:
+    """The recorder `--records` asks for, or None when records are off."""
+    target = resolve(settings.records)
+    return None if target is None else Recorder(settings, store, target)
+
+
+__all__ = ["Recorder", "RecordsCollector", "RecordsError", "episode_id", "recorder_for"]
