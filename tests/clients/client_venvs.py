@@ -15,6 +15,7 @@ Run `python tests/clients/client_venvs.py` to build every venv ahead of the test
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -38,6 +39,11 @@ VENVS: dict[str, tuple[str, ...]] = {
     "ors-client": (str(REPO / "client"),),
 }
 LOCAL = {"ors-client": REPO / "client"}
+NODE: dict[str, tuple[str, ...]] = {
+    # The TypeScript MCP SDK, an npm install of its own (needs node and npm on the machine; 1.32 speaks the 2025 era).
+    "mcp-ts": ("@modelcontextprotocol/sdk@1.32.2",),
+}
+"""Client installs that are npm packages rather than venvs: `<root>/<name>/node_modules`."""
 """Venvs installed from a directory of this checkout: rebuilt whenever its files change."""
 
 INSTALL_TIMEOUT = 900.0
@@ -52,6 +58,8 @@ def venvs_root() -> Path:
 
 def _spec(name: str) -> dict[str, object]:
     # The base interpreter is part of the spec: a venv points at it and breaks if it changes.
+    if name in NODE:
+        return {"requirements": list(NODE[name]), "node": _node_version()}
     spec: dict[str, object] = {
         "requirements": list(VENVS[name]),
         "base_python": sys.version.split()[0],
@@ -84,6 +92,23 @@ def venv_python(name: str) -> Path:
     return venvs_root() / name / "bin" / "python"
 
 
+@functools.cache
+def _node_version() -> str | None:
+    node = shutil.which("node")
+    return subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip() if node else None
+
+
+def node_missing() -> str | None:
+    """Why the npm clients cannot be installed here, or None when they can."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    return f"{' and '.join(missing)} not installed" if missing else None
+
+
+def _installed(name: str) -> Path:
+    """What proves a build finished: a venv's python, or an npm install's node_modules."""
+    return venvs_root() / name / "node_modules" if name in NODE else venv_python(name)
+
+
 def is_ready(name: str) -> bool:
     """True when the venv `name` is built from the current spec (no lock taken, so only a hint)."""
     marker = venvs_root() / name / MARKER
@@ -91,13 +116,14 @@ def is_ready(name: str) -> bool:
         recorded = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
-    return recorded.get("spec") == _spec(name) and venv_python(name).exists()
+    return recorded.get("spec") == _spec(name) and _installed(name).exists()
 
 
 def ensure_venv(name: str) -> Path:
-    """Build the venv `name` unless it is already built from the current spec; return its python."""
+    """Build the venv (or npm install) `name` unless it is already built from the current spec; return its python
+    (or its node_modules)."""
     if is_ready(name):
-        return venv_python(name)
+        return _installed(name)
     root = venvs_root()
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{name}.lock", "w") as lock:
@@ -107,7 +133,7 @@ def ensure_venv(name: str) -> Path:
                 _build(name)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    return venv_python(name)
+    return _installed(name)
 
 
 def _build(name: str) -> None:
@@ -115,7 +141,7 @@ def _build(name: str) -> None:
     shutil.rmtree(venv, ignore_errors=True)
     log_path = venvs_root() / f"{name}.install.log"
     started = time.monotonic()
-    requirements = list(VENVS[name])
+    requirements = list(NODE.get(name) or VENVS[name])
     if name in LOCAL:
         # Installed from a copy, so that building leaves no build/ or .egg-info in the checkout.
         copy = venvs_root() / f"{name}.source"
@@ -130,6 +156,9 @@ def _build(name: str) -> None:
             [sys.executable, "-m", "venv", str(venv)],
             [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *requirements],
         ]
+        if name in NODE:
+            venv.mkdir(parents=True)
+            steps = [["npm", "install", "--no-audit", "--no-fund", "--prefix", str(venv), *requirements]]
         for cmd in steps:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
@@ -160,6 +189,9 @@ def clean_env() -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    for venv_name in sys.argv[1:] or VENVS:
+    for venv_name in sys.argv[1:] or [*VENVS, *NODE]:
+        if venv_name in NODE and node_missing():
+            print(f"{venv_name}: skipped ({node_missing()}); its tests will say so")
+            continue
         python = ensure_venv(venv_name)
         print(f"{venv_name}: {python} (built in {install_seconds(venv_name)} s)")

@@ -19,6 +19,7 @@ VENV_FIXTURES = {
     "openenv_python": "openenv",
     "ors_client_python": "ors-client",
     "fastmcp_python": "fastmcp",
+    "mcp_ts_sdk": "mcp-ts",
 }
 COLD_INSTALL_TIMEOUT = int(client_venvs.INSTALL_TIMEOUT) + 300
 
@@ -52,6 +53,15 @@ def openenv_python() -> Path:
 def fastmcp_python() -> Path:
     """The python of a venv with `fastmcp` 4.2.3 (and so `mcp` 2.x, both MCP eras)."""
     return client_venvs.ensure_venv("fastmcp")
+
+
+@pytest.fixture(scope="session")
+def mcp_ts_sdk() -> Path:
+    """The TypeScript MCP SDK's package directory, from an npm install of its own (node runs the scripts)."""
+    missing = client_venvs.node_missing()
+    if missing:
+        pytest.skip(f"the TypeScript MCP SDK needs node and npm: {missing}")
+    return client_venvs.ensure_venv("mcp-ts") / "@modelcontextprotocol" / "sdk"
 
 
 @pytest.fixture(scope="session")
