@@ -33,6 +33,7 @@ import math
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -44,7 +45,7 @@ from ors_server.codeact.tool import EXECUTE_CODE_TOOL, codeact_wanted, with_exec
 from ors_server.compose.catalogue import ServerTool
 from ors_server.compose.results import error_text, to_output
 from ors_server.compose.toolbox import ToolServerFailed
-from ors_server.environment import Environment, ToolDef
+from ors_server.environment import PROGRESS_REPORTER, Environment, ToolDef
 from ors_server.errors import ToolServerUnavailable
 from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal
 from ors_server.sessions import Episode, EpisodeEnd, EpisodeWatcher, Session, SessionStore, State
@@ -82,6 +83,19 @@ def outcome(result: CallResult) -> str:
     return result.reason if isinstance(result, ToolRejected) else "crashed"
 
 
+MAX_PROGRESS_MESSAGE_CHARS = 1000
+"""A progress message longer than this is cut (it goes to the client as is, possibly many times a second)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress report of a running tool: `done` grows from report to report; `total` if known."""
+
+    done: float
+    total: float | None
+    message: str | None
+
+
 @dataclass(eq=False, slots=True)
 class ToolCall:
     """One call into a session's episode, from the moment a face starts it until it is forgotten.
@@ -108,7 +122,25 @@ class ToolCall:
     ended_at: float = 0.0
     size: int = 0
     """The result's size as `max_replay_chars` counts it."""
+    progress: Callable[[Progress], None] | None = None
+    """Told of each progress report of the running tool (from the tool's thread, or the event loop), when the
+    face that started the call asked for them."""
+    _progress_done: float = field(default=-math.inf, init=False, repr=False)
     _ended: anyio.Event | None = field(default=None, init=False, repr=False)
+
+    def report_progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """A report of the running tool (`Environment.report_progress`): checked, and passed on if it grows."""
+        if isinstance(done, bool) or not isinstance(done, int | float) or not math.isfinite(done):
+            raise ValueError(f"report_progress: done must be a finite number, not {done!r}")
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int | float)):
+            raise ValueError(f"report_progress: total must be a number or None, not {total!r}")
+        if message is not None and not isinstance(message, str):
+            raise ValueError(f"report_progress: message must be a string or None, not {type(message).__name__}")
+        if self.progress is None or self.result is not None or done <= self._progress_done:
+            return  # MCP: "The progress value MUST increase with each notification"
+        self._progress_done = done
+        text = None if message is None else message[:MAX_PROGRESS_MESSAGE_CHARS]
+        self.progress(Progress(float(done), None if total is None else float(total), text))
 
     @property
     def done(self) -> bool:
@@ -253,10 +285,19 @@ class Calls:
 
     # Starting, awaiting and finding calls.
 
-    def start(self, session: Session, name: str, arguments: Any, *, face: str | None = None) -> ToolCall:
-        """Start a tool call in the background and return it (the call survives its client disconnecting)."""
+    def start(
+        self,
+        session: Session,
+        name: str,
+        arguments: Any,
+        *,
+        face: str | None = None,
+        progress: Callable[[Progress], None] | None = None,
+    ) -> ToolCall:
+        """Start a tool call in the background and return it (the call survives its client disconnecting).
+        `progress`, if given, is told of the tool's progress reports (from any thread: hand them over safely)."""
         episode = session.episode
-        call = ToolCall(uuid.uuid4().hex, name, session, episode, face, arguments)
+        call = ToolCall(uuid.uuid4().hex, name, session, episode, face, arguments, progress=progress)
         episode.calls[call.id] = call
         session.running_calls += 1
         self.running += 1
@@ -403,6 +444,18 @@ class Calls:
         """Run the tool: async code awaited (and cancelled at the timeout), sync code on the tool threads. A sync
         tool past the timeout is answered `timeout` at once but keeps its thread, its pool slot and the episode's
         lock until it really returns (`Episode.overdue` meanwhile). Async code past the timeout raises _Overtime."""
+        if call.progress is None:
+            return await self._run_tool_timed(call, tool, env, args, time_limit)
+        # The tool's own context (copied into its worker thread) carries the reporter: no state on the env.
+        reporting = PROGRESS_REPORTER.set(call.report_progress)
+        try:
+            return await self._run_tool_timed(call, tool, env, args, time_limit)
+        finally:
+            PROGRESS_REPORTER.reset(reporting)
+
+    async def _run_tool_timed(
+        self, call: ToolCall, tool: ToolDef, env: Environment, args: tuple[Any, ...], time_limit: float | None
+    ) -> Any:
         timeout = time_limit
         if inspect.iscoroutinefunction(tool.function):
             if timeout is None:  # no cancel scope on the hot path

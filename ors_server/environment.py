@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -91,6 +92,12 @@ def _input_model(cls_name: str, name: str, function: Callable[..., Any]) -> type
     raise TypeError(
         f"tool {cls_name}.{name} must take no argument or exactly one pydantic model argument, got {signature}"
     )
+
+
+PROGRESS_REPORTER: ContextVar[Callable[[float, float | None, str | None], None] | None] = ContextVar(
+    "ors_progress_reporter", default=None
+)
+"""Set by the call pipeline around a tool run whose caller asked for progress (read by `report_progress`)."""
 
 
 class Environment:
@@ -199,6 +206,15 @@ class Environment:
         if inspect.isawaitable(prompt):
             return _text_of_awaited(prompt)
         return _text_of(prompt)
+
+    def report_progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Tell the caller of the running tool how far it has got: an MCP client that sent a `progressToken`
+        gets `notifications/progress` (`progress`=done, `total`, `message`). Call it from inside a tool, sync or
+        async; outside a tool call, or when nobody asked, it does nothing. `done` must grow from one report to
+        the next (MCP requires it): a report that does not is dropped."""
+        reporter = PROGRESS_REPORTER.get()
+        if reporter is not None:
+            reporter(done, total, message)
 
     def setup(self) -> None | Awaitable[None]:
         """Prepare the episode. Runs in the background after the session is created."""

@@ -57,6 +57,8 @@ Results
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -79,7 +81,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server import wirejson
-from ors_server.calls import Calls, ToolCrashed, ToolRejected
+from ors_server.calls import CallResult, Calls, Progress, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -344,9 +346,21 @@ class McpFace:
             max_request_body_size=settings.max_body_bytes,
             max_sessions=settings.max_sessions,
         )
+        # A 2026-07-28 request that asks for progress (`_meta.progressToken`, and accepts SSE) is answered by
+        # the SDK's SSE mode instead: JSON still if the handler sends nothing before it ends, else an event
+        # stream with the notifications, then the result. It keeps no protocol sessions of its own.
+        self.streaming_manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=False,
+            security_settings=_security(),
+            session_idle_timeout=settings.session_timeout,
+            max_request_body_size=settings.max_body_bytes,
+            max_sessions=settings.max_sessions,
+        )
         # Behind a front, transport ids carry the worker's tag (the SDK mints them untagged).
         self.tag = worker_tag(settings.worker_tag)
         self.transport = tagged_transport(self.manager.handle_request, self.tag)
+        self.streaming = tagged_transport(self.streaming_manager.handle_request, self.tag)
         self._bindings: dict[str, _Binding] = {}
         self._opening: Counter[str] = Counter()
         """Keys with an `initialize` in progress: a transport closing meanwhile must not end their episode."""
@@ -361,7 +375,7 @@ class McpFace:
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[McpFace]:
-        async with self.manager.run(), anyio.create_task_group() as task_group:
+        async with self.manager.run(), self.streaming_manager.run(), anyio.create_task_group() as task_group:
             task_group.start_soon(self._sweep_forever)
             try:
                 yield self
@@ -383,7 +397,8 @@ class McpFace:
         except wirejson.MalformedJson:
             message = None  # the transport answers the parse error
         if not (isinstance(message, dict) and message.get("method") == "initialize"):
-            await self.transport(scope, _replay(body, receive), send)
+            transport = self.streaming if _wants_progress(message, scope) else self.transport
+            await transport(scope, _replay(body, receive), send)
             return
         extra = _object(_object(_object(message.get("params")).get("clientInfo")).get("_extra"))
         admitted: Session | None = None
@@ -639,7 +654,11 @@ class McpFace:
         try:
             session = await self._session_for(ctx)
             shown = session.redact(params.name)
-            result = await self.calls.call(session, params.name, params.arguments, face="mcp")
+            token = _progress_token(ctx)
+            if token is None:
+                result = await self.calls.call(session, params.name, params.arguments, face="mcp")
+            else:
+                result = await self._call_with_progress(ctx, session, params, token)
         except _Unnamed as exc:
             # Current era: nothing names an episode, so no call can run; the error says how to name one.
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
@@ -651,6 +670,56 @@ class McpFace:
             logger.exception("MCP tools/call failed")
             return _error_result(f"'{shown}' was not run: internal server error")
         return render(shown, result)
+
+    async def _call_with_progress(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        session: Session,
+        params: types.CallToolRequestParams,
+        token: str | int,
+    ) -> CallResult:
+        """Run the call, forwarding its progress reports as `notifications/progress` until it ends.
+
+        Reports come from the tool's thread, so they cross to the event loop through a bounded buffer; a client
+        slower than the tool loses reports (each is a snapshot; the result never waits for them). A 2026-07-28
+        request gets them on its own response stream; a 2025 protocol session, whose requests are answered in
+        JSON, on its standalone stream (the GET the client keeps open), where the client matches them by token.
+        """
+        loop = asyncio.get_running_loop()
+        sender, receiver = anyio.create_memory_object_stream[Progress](PROGRESS_BUFFER)
+
+        def offer(report: Progress) -> None:
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+                sender.send_nowait(report)
+
+        def listener(report: Progress) -> None:  # any thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed (shutdown): nobody to tell
+                loop.call_soon_threadsafe(offer, report)
+
+        request = ctx.request
+        legacy = request is not None and request.headers.get(SESSION_HEADER) is not None
+        related = None if legacy or ctx.request_id is None else str(ctx.request_id)
+
+        async def forward() -> None:
+            async with receiver:
+                async for report in receiver:
+                    try:
+                        await ctx.session.send_progress_notification(
+                            token, report.done, report.total, report.message, related_request_id=related
+                        )
+                    except Exception:  # the client went away: the call goes on without its progress
+                        logger.debug("progress notification not sent", exc_info=True)
+                        return
+
+        call = self.calls.start(session, params.name, params.arguments, face="mcp", progress=listener)
+        async with anyio.create_task_group() as forwarding:
+            forwarding.start_soon(forward)
+            try:
+                result = await call.wait()
+            finally:
+                # Reports the loop has yet to hand over are queued behind this: they still go out, then it ends.
+                loop.call_soon_threadsafe(sender.close)
+        return result
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -735,6 +804,25 @@ class _NoEpisode(Exception):
 
 class _Unnamed(_NoEpisode):
     """A sessionless (2026-07-28) request that names no episode at all (a JSON-RPC error for `tools/call`)."""
+
+
+PROGRESS_BUFFER = 64
+"""Progress reports of one call waiting to be sent; more are dropped until the client catches up."""
+
+
+def _progress_token(ctx: ServerRequestContext[Any, Any]) -> str | int | None:
+    meta = ctx.meta or {}
+    token = meta.get("progress_token", meta.get("progressToken"))
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+
+
+def _wants_progress(message: Any, scope: Scope) -> bool:
+    """A sessionless POST whose request carries a progress token and whose client accepts an event stream."""
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not (isinstance(meta, dict) and meta.get("progressToken") is not None):
+        return False
+    return "text/event-stream" in Headers(scope=scope).get("accept", "")
 
 
 def _path_key(scope: Scope) -> str | None:
