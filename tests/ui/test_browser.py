@@ -1,12 +1,15 @@
-"""The /ui page in a real headless chromium against a real server: the key, play mode, untrusted output.
+"""The /ui page in a real headless chromium against a real server: the key, play mode, the episodes list and a
+live episode followed as it runs, untrusted output shown as text.
 
 One server and one browser for the module; each test has its own browser context (its own cookies)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from environments.math import TASKS, Math
@@ -21,9 +24,17 @@ WAIT_MS = 15_000  # a bound on each wait for the page, generous for a loaded mac
 
 
 @pytest.fixture(scope="module")
-def base() -> Iterator[str]:
-    with serve(create_app([Math, Echo], Settings(api_key=KEY))) as url:
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    records = tmp_path_factory.mktemp("ui-records") / "episodes.db"
+    with serve(create_app([Math, Echo], Settings(api_key=KEY, records=str(records)))) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def api(base: str) -> Iterator[httpx.Client]:
+    """A client of the server's REST API, with the key: what drives the episodes the page watches."""
+    with httpx.Client(base_url=base, headers={"X-API-Key": KEY}, timeout=30) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +149,72 @@ def test_a_tool_form_follows_the_schema_and_markup_in_output_is_shown_as_text(pa
     page.click("#call-button")
     page.wait_for_selector("#notice:has-text('extra is not valid JSON')")
     page.click("#end")
+
+
+def ors_episode(client: httpx.Client, env: str, labels: str, task: dict[str, Any]) -> str:
+    """A session of `env` created over ORS with `labels`; its id."""
+    sid = client.post("/create_session").json()["sid"]
+    answer = client.post(
+        "/create", headers={"X-Session-ID": sid, "X-Episode-Labels": labels}, json={"env_name": env, **task}
+    )
+    assert answer.status_code == 200, answer.text
+    return sid
+
+
+def ors_call(client: httpx.Client, env: str, sid: str, name: str, arguments: dict[str, Any]) -> str:
+    answer = client.post(f"/{env}/call", headers={"X-Session-ID": sid}, json={"name": name, "input": arguments})
+    assert answer.status_code == 200, answer.text
+    return answer.text
+
+
+def test_the_list_shows_a_finished_and_a_live_episode_and_new_ones_without_reload(
+    page: Any, base: str, api: httpx.Client
+) -> None:
+    run = f"run={uuid.uuid4().hex[:8]}"
+    finished = ors_episode(api, "math", run, {"split": "train", "index": 0})
+    ors_call(api, "math", finished, "submit", {"answer": str(TASKS["train"][0]["answer"])})
+    api.post("/delete", headers={"X-Session-ID": finished})
+    live = ors_episode(api, "echo", run, {"split": "test", "index": 0})
+    ors_call(api, "echo", live, "say", {"text": "hello"})
+
+    page.goto(f"{base}/ui?labels={run}")
+    page.wait_for_selector(f'#episodes tr[data-id="{finished}"][data-status="ended"]')
+    page.wait_for_selector(f'#episodes tr[data-id="{live}"][data-status="live"]')
+    row = page.locator(f'#episodes tr[data-id="{finished}"]')
+    assert row.locator("td").nth(1).text_content() == "math"
+    assert row.locator("td").nth(7).text_content() == "1"
+    assert row.locator("td").nth(9).text_content() == "deleted"
+
+    another = ors_episode(api, "echo", run, {"split": "test", "index": 0})
+    page.wait_for_selector(f'#episodes tr[data-id="{another}"]')  # the list follows without a reload
+    page.select_option("#filters select[name=status]", "ended")
+    page.click("#filters button[type=submit]")
+    page.wait_for_selector(f'#episodes tr[data-id="{live}"]', state="detached")
+    assert page.locator("#episodes tbody tr").count() == 1
+    api.post("/delete", headers={"X-Session-ID": live})
+    api.post("/delete", headers={"X-Session-ID": another})
+
+
+def test_a_live_episode_page_follows_its_calls_and_its_end_without_reload(
+    page: Any, base: str, api: httpx.Client
+) -> None:
+    payload = '<img src=x onerror="window.pwned=1">'
+    sid = ors_episode(api, "echo", "run=follow", {"split": "test", "index": 1})
+    ors_call(api, "echo", sid, "say", {"text": "first"})
+    page.goto(f"{base}/ui/episode?id={sid}")
+    page.wait_for_selector("#calls .call")
+    assert page.text_content("#live") == "live"
+    assert page.text_content("#prompt .block-text") == "Say something about <b>bold</b>."
+
+    ors_call(api, "echo", sid, "say", {"text": payload})
+    page.wait_for_selector("#calls .call >> nth=1")
+    second = page.locator("#calls .call").nth(1)
+    assert second.locator(".block-text").text_content() == payload
+    assert page.evaluate("window.pwned") is None
+    assert second.locator("img").get_attribute("src").startswith("data:image/png;base64,")
+    assert page.locator("#plot circle").count() == 2
+    assert "reward 0.500" in second.text_content()
+
+    api.post("/delete", headers={"X-Session-ID": sid})
+    page.wait_for_selector("#live:has-text('ended')")
+    assert "deleted" in page.text_content("#summary")
