@@ -33,6 +33,8 @@ DEFAULT_KEEPALIVE = 60.0
 """Seconds between pings when the server does not say its idle timeout (the reference reaps after 900 s)."""
 TIMEOUT_HEADER = "x-session-timeout"
 """Our server's idle timeout, sent on `/create`: the client pings at a third of it."""
+CLIENT_IDS_HEADER = "x-client-session-ids"
+"""Our server's word on `/create_session` that `/create` takes ids the client makes up."""
 MAX_RESUMES = 3
 """How many times one call's cut stream is resumed by its `task_id` before the call fails."""
 MAX_RETRY_AFTER = 30.0
@@ -125,6 +127,8 @@ class AsyncClient:
         self.wait_when_full = wait_when_full
         self._slots = asyncio.Semaphore(max_concurrency)
         self._env_tools: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
+        self._own_ids = False
+        """The server said (on `/create_session`) that `/create` takes ids the client makes up."""
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -443,8 +447,12 @@ class AsyncSession:
         self._pinger = asyncio.ensure_future(self._keep_alive())
 
     async def _new_id(self) -> str:
+        if self.client._own_ids:
+            return str(uuid.uuid4())
         # SSE is what every ORS server answers (the reference only that); our server also answers JSON.
         response = await self.client.request("POST", "/create_session", headers={"Accept": "text/event-stream"})
+        # A server that says so takes ids the client makes: the next sessions save this round trip.
+        self.client._own_ids = response.headers.get(CLIENT_IDS_HEADER) == "accepted"
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()["sid"]
         for event in Parser().feed(response.content + b"\n\n"):

@@ -47,6 +47,9 @@ FAST_ANSWER_WAIT = 0.5
 """Seconds a call may take and still be answered in one response rather than streamed."""
 ORS_REASONS = {"not_found", "name_collision", "input_validation", "episode_finished"}
 _blocks = TypeAdapter(Blocks)
+CLIENT_IDS = {"X-Client-Session-Ids": "accepted"}
+"""On `/create_session`: `/create` takes any free id the client makes up (1-128 of `[A-Za-z0-9_.:-]`), so a client
+may skip this round trip for its next sessions (`ors-client` does)."""
 SESSION_TIMEOUT_HEADER = "X-Session-Timeout"
 """On `/create`: the idle seconds after which the server reaps the session (`--session-timeout`)."""
 
@@ -268,8 +271,8 @@ class OrsFace:
         if "text/event-stream" in request.headers.get("accept", ""):
             # The official clients read the sid from an SSE `task_id` event (a JSON reply makes them retry forever).
             body = sse.event("task_id", sid).encode() + sse.event("end", "").encode()
-            return Response(body, media_type="text/event-stream", headers=sse.HEADERS)
-        return JSONResponse({"sid": sid})
+            return Response(body, media_type="text/event-stream", headers={**sse.HEADERS, **CLIENT_IDS})
+        return JSONResponse({"sid": sid}, headers=CLIENT_IDS)
 
     async def create(self, request: Request) -> Response:
         sid = self._session_id(request)

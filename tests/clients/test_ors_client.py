@@ -130,6 +130,13 @@ def test_math_episode_async(check, served):
     assert result["wrong"] == {"reward": 0.0, "text": "Wrong"}
 
 
+def test_ids_are_made_by_the_client_once_the_server_says_it_takes_them(check, ours, reference):
+    """Our server says so on `/create_session`: one round trip, then the client makes its ids. The reference does
+    not say so: every session asks it."""
+    assert check("own_ids", ours) == {"create_session": 1, "rewards": [0.0, 0.0, 0.0]}
+    assert check("own_ids", reference) == {"create_session": 3, "rewards": [0.0, 0.0, 0.0]}
+
+
 def test_math_episode_sync(check, served):
     result = check("math_sync", served)
 

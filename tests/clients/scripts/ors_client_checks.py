@@ -39,15 +39,18 @@ def big_text(chars: int) -> str:  # as tests/clients/client_envs.py makes it
 
 
 class Counting(LeanTransport):
-    """The default transport, counting the statuses it saw (to show the server was full, and said so)."""
+    """The default transport, counting the statuses it saw (to show the server was full, and said so) and the
+    paths it asked for."""
 
     def __init__(self) -> None:
         super().__init__()
         self.statuses: dict[int, int] = {}
+        self.paths: dict[str, int] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await super().handle_async_request(request)
         self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
+        self.paths[request.url.path] = self.paths.get(request.url.path, 0) + 1
         return response
 
 
@@ -115,6 +118,18 @@ async def math_async(url: str, args: argparse.Namespace) -> dict:
         "after_close": after,
         "wrong": {"reward": wrong.reward, "text": wrong.text},
     }
+
+
+@check
+async def own_ids(url: str, args: argparse.Namespace) -> dict:
+    """Three episodes in a row: how many `/create_session` round trips the client made for them."""
+    counting = Counting()
+    async with AsyncClient(url, API_KEY, transport=counting) as c:
+        rewards = []
+        for _ in range(3):
+            async with c.session("quiz", split="train", index=0) as s:
+                rewards.append((await s.call("submit", {"answer": "5"})).reward)
+    return {"create_session": counting.paths.get("/create_session", 0), "rewards": rewards}
 
 
 @check
