@@ -13,6 +13,8 @@ Workloads:
   o  OpenEnv WebSocket steps on FrozenLake, 8 sockets (ours at /openenv/frozen_lake/ws, OpenEnv 0.10's own server)
   r  response classes on the bare route: plain Response, StreamingResponse, EventSourceResponse (for PROFILE.md)
   s  our call path with a sync tool (a worker-thread hop per call) vs an async one (for PROFILE.md)
+  k  the cost of episode records on the call path: workload a's calls with records in SQLite (the default) vs off
+  l  the same for whole episodes: workload b with records in SQLite vs off
 """
 
 from __future__ import annotations
@@ -75,8 +77,10 @@ def free_port() -> int:
 def server_command(contender: str, port: int, args: argparse.Namespace) -> list[str]:
     ours = [str(Path(sys.executable).with_name("ors-server")), "serve", "--port", str(port)]
     ours += ["--log-level", args.log_level]
+    # Records on, as a user gets them (SQLite), each run in a fresh file outside the checkout; off for "ours-off".
+    ours += ["--records", "off" if contender == "ours-off" else str(LOGS / f"records-{port}.db")]
     match contender:
-        case "ours":
+        case "ours" | "ours-off":
             return [*ours, "--env", "math", "--env", "bench.envs:Counter", "--env", "frozen_lake"]
         case "ours-async":
             return [*ours, "--env", "bench.envs:AsyncCounter"]
@@ -341,13 +345,13 @@ def plan(workload: str, contender: str, args: argparse.Namespace) -> tuple[int, 
     match workload, contender:
         case "a", "ceiling":
             return args.workers, no_setup, counter_call("/counter/call")
-        case "a" | "s", "ours" | "reference":
+        case "a" | "s" | "k", "ours" | "reference" | "ours-off":
             return args.workers, counter_setup, counter_call("/counter/call")
         case "s", "ours-async":
             return args.workers, async_counter_setup, counter_call("/acounter/call")
         case "r", _:
             return args.workers, no_setup, counter_call(RESPONSE_CLASS_PATHS[contender])
-        case "b", _:
+        case "b" | "l", _:
             return args.workers, no_setup, episode(args.connections == "client")
         case "c", "eval-protocol":
             return args.workers, rollout_setup("/mcp", "/control", fresh), rollout_step
@@ -460,6 +464,8 @@ CONTENDERS = {
     "r": ["plain", "streaming", "sse-starlette"],
     "s": ["ours", "ours-async"],
     "o": ["ours", "openenv"],
+    "k": ["ours", "ours-off"],
+    "l": ["ours", "ours-off"],
 }
 TITLES = {
     "a": "ORS call path, 8 sessions (calls/s)",
@@ -470,12 +476,16 @@ TITLES = {
     "r": "response classes on the bare route (calls/s)",
     "s": "our call path, sync tool vs async tool (calls/s)",
     "o": "OpenEnv WebSocket steps on FrozenLake, 8 sockets (steps/s)",
+    "k": "ORS call path with episode records (SQLite) vs records off (calls/s)",
+    "l": "whole ORS episodes with episode records (SQLite) vs records off (episodes/s)",
 }
 RATIOS = {"a": [("ours", "ceiling", 0.8), ("ours", "reference", None)], "b": [("ours", "reference", 2.0)]}
 RATIOS["c"] = [("ours", "eval-protocol", 3.0)]
 RATIOS["r"] = [("sse-starlette", "plain", None), ("streaming", "plain", None)]
 RATIOS["s"] = [("ours-async", "ours", None)]
 RATIOS["o"] = [("ours", "openenv", 3.0)]
+RATIOS["k"] = [("ours", "ours-off", None)]
+RATIOS["l"] = [("ours", "ours-off", None)]
 
 
 def spread(values: list[float], fmt: str = "{:.0f}") -> str:

@@ -1,0 +1,109 @@
+"""Episode records in PostgreSQL: a real server, started by the fixture from Debian's `postgresql` binaries into
+a temporary directory (a Unix socket there, a free port), as user `postgres` when the tests run as root."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ors_server.app import create_app
+from ors_server.records.db import SCHEMA_VERSION, Database
+from ors_server.settings import Settings
+from tests.faces.mcp_helpers import Counter
+from tests.records.helpers import ended
+from tests.serving import free_port, serve
+
+pytest.importorskip("psycopg", reason="the PostgreSQL records need psycopg: pip install 'ors-server[postgres]'")
+
+
+def _binaries() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(found[-1]).parent if found else None
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """The URL of a PostgreSQL server of our own, for this module."""
+    bin_dir = _binaries()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL server binaries not found (Debian: apt-get install postgresql)")
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="ors-pg-"))
+    if os.geteuid() == 0:
+        # initdb refuses to run as root: the cluster is the `postgres` user's, in a directory it owns.
+        if shutil.which("runuser") is None or subprocess.run(["id", "postgres"], capture_output=True).returncode:
+            pytest.skip("running as root without a `postgres` user (or runuser) to own a cluster")
+        shutil.chown(root, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data, port = root / "data", free_port()
+    log = root / "server.log"
+    try:
+        subprocess.run(
+            [*as_user, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        options = f"-k {root} -p {port} -c listen_addresses='' -c fsync=off"
+        subprocess.run(
+            [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "start"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        yield f"postgresql://postgres@/postgres?host={root}&port={port}"
+    finally:
+        if data.exists():
+            subprocess.run(
+                [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_two_servers_record_into_one_postgres_and_each_reads_both(postgres: str) -> None:
+    first = create_app([Counter], Settings(records=postgres))
+    second = create_app([Counter], Settings(records=postgres))
+    with serve(first) as one, serve(second) as two:
+        with httpx.Client(base_url=one, timeout=10) as a, httpx.Client(base_url=two, timeout=10) as b:
+            for client, sid in ((a, "pg-a"), (b, "pg-b")):
+                create = client.post(
+                    "/create",
+                    headers={"X-Session-ID": sid, "X-Episode-Labels": "run=pg"},
+                    json={"env_name": "counter", "task_spec": {"start": 1}},
+                )
+                assert create.status_code == 200
+                client.post("/counter/call", headers={"X-Session-ID": sid}, json={"name": "increment", "input": {}})
+                client.post("/delete", headers={"X-Session-ID": sid})
+            record = ended(a, "pg-b")
+            ended(b, "pg-a")
+            listed = b.get("/episodes", params={"label.run": "pg"}).json()["episodes"]
+    assert [e["id"] for e in listed] == ["pg-b", "pg-a"]
+    assert record["calls"][0]["output"]["blocks"] == [{"type": "text", "text": '{"count": 2}'}]
+    assert record["reward"] == 0.5 and record["end_reason"] == "deleted"
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "ors_server.cli", "episodes", "list", "--records", postgres, "--label", "run=pg"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert [line.split()[0] for line in cli.stdout.splitlines()] == ["pg-b", "pg-a"], cli.stderr
+
+
+def test_postgres_schema_is_migrated_once(postgres: str) -> None:
+    database = Database(postgres)
+    try:
+        assert database.version() == SCHEMA_VERSION
+    finally:
+        database.close()
