@@ -1,6 +1,7 @@
 """What the front refuses on headers alone, before it reads a body or routes anything: a missing API key (401
 before 4 MiB a keyless client announces, and before a 404 / 410 / 503 could tell it which ids exist), and a
-Host or Origin sent twice (400), each in the face's own shape, WebSocket handshakes included."""
+Host or Origin sent twice (400), each in the face's own shape, WebSocket handshakes included. And the web page's
+login form (the front's 401 on /ui) and cookie, which the front accepts as the key, on its lookups too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from environments.math import TASKS
 from ors_server.ids import WorkerTag
+from ors_server.ui import CSP, auth
 from tests.raw_http import exchange, head, websocket_head
 from tests.scale.deployment import Deployment, deployment
 
@@ -31,7 +34,9 @@ REQUESTS = [
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tmp: Path = tmp_path_factory.mktemp("front-refusals")
-    with deployment(tmp, "--log-level", "warning", env={"ORS_API_KEY": KEY}) as running:
+    # A front that remembers one session id: the next is found by asking the workers (the /ui cookie test).
+    args = ("--log-level", "warning", "--front-directory-size", "1")
+    with deployment(tmp, *args, env={"ORS_API_KEY": KEY}) as running:
         yield running
 
 
@@ -85,3 +90,30 @@ def test_a_websocket_handshake_with_a_host_or_origin_sent_twice_is_refused_400_b
     answer = exchange(front.url, websocket_head("/openenv/ws", headers))
     assert answer.status == 400, answer
     assert "duplicate" in answer.json()["detail"]
+
+
+def test_the_front_serves_the_web_page_and_its_cookie_is_the_key_on_lookups_too(front: Deployment) -> None:
+    # The login form is the front's own 401 on /ui; the login itself is a worker's; then the cookie alone plays.
+    with httpx.Client(base_url=front.url, timeout=30) as client:
+        refused = client.get("/ui")
+        assert refused.status_code == 401 and 'action="/ui/login"' in refused.text
+        assert refused.headers["content-security-policy"] == CSP
+        assert client.post("/ui/login", data={"key": "nope"}).status_code == 401
+
+        logged_in = client.post("/ui/login", data={"key": KEY, "next": "/ui/play"})
+        assert logged_in.status_code == 303 and client.cookies.get(auth.COOKIE)
+        assert client.get("/ui/play").status_code == 200
+
+        # A front that remembers one session finds the other by asking the workers, with the page's cookie as
+        # the key: two sessions, each called after the other pushed it out of the front's memory.
+        sessions = []
+        for index in (0, 1):
+            sid = client.post("/create_session").json()["sid"]
+            task = {"env_name": "math", "split": "train", "index": index}
+            assert client.post("/create", headers={"X-Session-ID": sid}, json=task).status_code == 200
+            sessions.append((sid, index))
+        for sid, index in sessions:
+            answer = {"name": "submit", "input": {"answer": str(TASKS["train"][index]["answer"])}}
+            result = client.post("/math/call", headers={"X-Session-ID": sid}, json=answer)
+            assert result.status_code == 200 and '"reward":1.0' in result.text, result.text
+            assert client.post("/delete", headers={"X-Session-ID": sid}).status_code == 200
