@@ -1,8 +1,9 @@
 """The host process: loads one environment class of some framework and answers the server about it.
 
-Run as `PYTHON -c "<this file's source>"` in the server's working directory, so that the user's `MODULE` imports
-from there (with `-c`, `sys.path[0]` is the working directory) and nothing of `ors_server` needs to be importable:
-this file is standard library only, for it runs in a foreign virtual environment (the framework's).
+Run as `PYTHON -c <bootstrap> <rlimits>` in the server's working directory, the bootstrap reading this file's source
+as the first frame on stdin (`process.BOOTSTRAP`), so that the user's `MODULE` imports from there (with `-c`,
+`sys.path[0]` is the working directory) and nothing of `ors_server` needs to be importable or readable: this file is
+standard library only, for it runs in a foreign virtual environment (the framework's).
 
 The wire: on stdin and stdout, frames of a 4-byte big-endian length and that many bytes of UTF-8 JSON. The server
 sends requests `{"id": N, "op": OP, ...}`; the host answers each with `{"id": N, "ok": true, "value": ...}` or

@@ -86,7 +86,7 @@ class HostSpec:
     def argv(self) -> list[str]:
         """The command line of a host process: as 65534 through the launcher when the server is root."""
         limits = json.dumps({"RLIMIT_AS": self.memory_bytes, "RLIMIT_CORE": 0})
-        command = [self.python, "-c", host_source(), limits]
+        command = [self.python, "-c", BOOTSTRAP, limits]
         if os.geteuid() != 0:
             return command
         return [os.path.realpath(sys.executable), "-I", "-S", launch.__file__, str(AGENT_ID), *command]
@@ -111,9 +111,25 @@ class HostSpec:
         }
 
 
+BOOTSTRAP = (
+    "import os, struct\n"
+    "def read(n):\n"
+    "    data = b''\n"
+    "    while len(data) < n:\n"
+    "        chunk = os.read(0, n - len(data))\n"
+    "        if not chunk: raise SystemExit(0)\n"
+    "        data += chunk\n"
+    "    return data\n"
+    "exec(compile(read(struct.unpack('>I', read(4))[0]), 'ors-server host', 'exec'))\n"
+)
+"""What `-c` runs: it reads `host.py`'s source as the first frame on stdin and runs it (so the command line stays
+short, and no file of the server's needs to be readable by the host's user)."""
+
+
 @cache
-def host_source() -> str:
-    return (HERE / "host.py").read_text()
+def host_source() -> bytes:
+    source = (HERE / "host.py").read_bytes()
+    return HEADER.pack(len(source)) + source
 
 
 @cache
@@ -145,7 +161,7 @@ def describe_once(spec: HostSpec, timeout: float) -> dict[str, Any]:
         try:
             assert process.stdin is not None and process.stdout is not None
             with suppress(BrokenPipeError):
-                process.stdin.write(frame({"id": 0, **spec.load_request()}))
+                process.stdin.write(host_source() + frame({"id": 0, **spec.load_request()}))
                 process.stdin.flush()
             answer = _read_frame(process.stdout.fileno(), time.monotonic() + timeout)
         finally:
@@ -232,6 +248,9 @@ class HostProcess:
         spec = self.spec
         process = await anyio.open_process(spec.argv(), cwd=spec.cwd, env=spec.environ(), start_new_session=True)
         self.process, self.pid = process, process.pid
+        assert process.stdin is not None
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await process.stdin.send(host_source())  # what the bootstrap runs; a failure shows as the pipe's end
         stderr = StderrLog(f"host {spec.label}", process.pid, spec.log_bytes)
         try:
             async with anyio.create_task_group() as pumps:

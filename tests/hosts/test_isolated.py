@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
 from ors_server.app import create_app
 from ors_server.loading import LoadError, resolve_environments
 from ors_server.settings import Settings
+from tests.clients.harness import _healthy, free_port, server_command
 
 HERE = Path(__file__).resolve().parent
 
@@ -117,3 +121,54 @@ def test_startup_errors_are_one_line(tmp_path: Path) -> None:
         resolve_environments(["isolated:native_envs:Fragile@/nonexistent/python"], str(HERE))
     with pytest.raises(LoadError, match=r"not an ors_server Environment subclass"):
         resolve_environments(["isolated:native_envs:EchoInput"], str(HERE))
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_host_processes_do_not_outlive_a_killed_server(tmp_path: Path) -> None:
+    port = free_port()
+    argv = [*server_command(), "serve", "--port", str(port), "--env", "isolated:native_envs:Fragile"]
+    env = {**os.environ, "PYTHONPATH": str(HERE.parents[1])}
+    with open(tmp_path / "server.log", "wb") as log:
+        server = subprocess.Popen(argv, cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        url = f"http://127.0.0.1:{port}"
+        while not _healthy(url):  # an external process: poll, bounded
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.2)
+        created = httpx.post(
+            f"{url}/create",
+            json={"env_name": "fragile", "split": "train", "index": 0},
+            headers={"X-Session-ID": "k"},
+            timeout=60,
+        )
+        assert created.status_code == 200
+        assert httpx.get(f"{url}/fragile/prompt", headers={"X-Session-ID": "k"}, timeout=60).status_code == 200
+        hosts = _children(server.pid)
+        assert hosts
+    finally:
+        server.kill()
+        server.wait()
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in hosts):
+        assert time.monotonic() < deadline, f"host processes {hosts} outlived the server"
+        time.sleep(0.1)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
