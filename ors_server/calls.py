@@ -350,7 +350,7 @@ class Calls:
         session, episode, name, arguments = call.session, call.episode, call.name, call.arguments
         if session.deleted or episode.ended:
             return _ended(name)
-        if episode.finished:
+        if episode.finished and not _calls_after_finish(session.env_cls):
             return ToolRejected(
                 "episode_finished",
                 f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
@@ -580,6 +580,12 @@ class Calls:
             self.replay_chars -= call.size
             if call.episode.calls.get(call.id) is call:
                 del call.episode.calls[call.id]  # a waiter holding the call still gets its result
+
+
+def _calls_after_finish(env_cls: type[Environment]) -> bool:
+    """Whether calls after `finished` still reach the class: a hosted framework's own rule (OpenEnv's server sends
+    a step after `done` on to the environment)."""
+    return issubclass(env_cls, HostedEnvironment) and bool(env_cls.description.get("calls_after_finish"))
 
 
 def _busy(name: str) -> ToolRejected:

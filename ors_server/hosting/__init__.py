@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from ors_server.environment import Environment
-from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal, hosted_class
+from ors_server.hosting.environment import HostedEnvironment, HostedOutput, HostedTool, Refusal, hosted_class
 from ors_server.hosting.pool import HostPool
 from ors_server.hosting.process import HostError, HostFailed, HostSpec, describe_once, parse_python
 from ors_server.settings import Settings
 
 FRAMEWORKS: dict[str, str] = {
     "openreward": "openreward",
+    "openenv": "openenv",
     "isolated": "native",
 }
 """`--env` prefix -> the adapter (a file of `adapters/`) its host processes load."""
@@ -47,6 +49,9 @@ def load(prefix: str, rest: str, app_dir: str | None = None) -> type[HostedEnvir
     """The class `PREFIX:MODULE:CLASS[@PYTHON]` names: a host process is started to describe it."""
     spec_text = f"{prefix}:{rest}"
     target, _, python = rest.partition("@")
+    # `?key=value&...` after the class: options for the adapter (OpenEnv's `?action=module:Class`).
+    target, _, query = target.partition("?")
+    options = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
     module_name, _, class_name = target.partition(":")
     if not module_name or not class_name or ":" in class_name:
         raise HostLoadError(f"--env '{spec_text}': expected {prefix}:MODULE:CLASS[@PYTHON]")
@@ -55,9 +60,9 @@ def load(prefix: str, rest: str, app_dir: str | None = None) -> type[HostedEnvir
     except HostFailed as exc:
         raise HostLoadError(f"--env '{spec_text}': {exc}") from None
     cwd = os.path.abspath(os.getcwd() if app_dir is None else app_dir)
-    spec = HostSpec(FRAMEWORKS[prefix], target, interpreter, cwd)
+    spec = HostSpec(FRAMEWORKS[prefix], target, interpreter, cwd, options=options)
     known = json.loads(os.environ.get(DESCRIPTIONS, "{}"))
-    key = json.dumps([spec.framework, target, interpreter, cwd])
+    key = json.dumps([spec.framework, target, interpreter, cwd, options])
     if key in known:
         return hosted_class(spec, known[key])
     try:
@@ -92,7 +97,7 @@ async def _serving(env_cls: type[HostedEnvironment], settings: Settings) -> Asyn
         finally:
             env_cls.pool_users -= 1
         return
-    pool = HostPool(env_cls.spec, settings)
+    pool = HostPool(env_cls.spec, settings, env_cls.description.get("sessions_per_process"))
     async with pool.run():
         env_cls.pool, env_cls.pool_users = pool, 1
         try:
@@ -103,4 +108,4 @@ async def _serving(env_cls: type[HostedEnvironment], settings: Settings) -> Asyn
                 env_cls.pool = None
 
 
-__all__ = ["FRAMEWORKS", "HostLoadError", "HostedEnvironment", "HostedTool", "Refusal", "load", "pools"]
+__all__ = ["FRAMEWORKS", "HostLoadError", "HostedEnvironment", "HostedOutput", "HostedTool", "Refusal", "load", "pools"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import anyio
+from pydantic import Field
 
 from ors_server.environment import Environment, ToolDef
 from ors_server.hosting.pool import HostPool
@@ -35,6 +36,13 @@ class Refusal(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class HostedOutput(ToolOutput):
+    """A hosted tool's output, with what its framework itself answered (`native`), for the face that speaks that
+    framework's protocol (the OpenEnv face sends an OpenEnv class's own observation). Never serialised."""
+
+    native: Any = Field(default=None, exclude=True)
 
 
 @dataclass(frozen=True)
@@ -178,7 +186,11 @@ class HostedEnvironment(Environment):
 
     async def call_tool(self, name: str, arguments: Any) -> ToolOutput:
         value = await self._ask("call", tool=name, arguments=arguments)
-        return ToolOutput.model_validate(value)
+        return HostedOutput.model_validate(value)
+
+    async def request(self, name: str, payload: Any = None) -> Any:
+        """Ask the episode's instance anything else its adapter answers by name (OpenEnv's `state`)."""
+        return await self._ask("request", name=name, payload=payload)
 
 
 def hosted_class(spec: HostSpec, description: dict[str, Any]) -> type[HostedEnvironment]:

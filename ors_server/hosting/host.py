@@ -184,6 +184,13 @@ class Host:
             await _maybe(self.adapter.delete(instance))
         return None
 
+    async def op_request(self, request):
+        """Anything else the server asks of an instance, by name (OpenEnv's `state`): the adapter's `request`."""
+        answer = getattr(self.adapter, "request", None)
+        if answer is None:
+            raise Refused("not_found", f"this adapter answers no request '{request['name']}'")
+        return await _maybe(answer(self._instance(request), request["name"], request.get("payload")))
+
     async def op_ping(self, request):
         return "pong"
 

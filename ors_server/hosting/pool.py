@@ -26,7 +26,7 @@ logger = logging.getLogger("ors_server.hosting")
 
 
 class HostPool:
-    def __init__(self, spec: HostSpec, settings: Settings) -> None:
+    def __init__(self, spec: HostSpec, settings: Settings, per_process: int | None = None) -> None:
         self.spec = replace(spec, memory_bytes=settings.host_memory_bytes, log_bytes=settings.tool_server_log_bytes)
         self.settings = settings
         self.hosts: list[HostProcess] = []
@@ -35,6 +35,9 @@ class HostPool:
         self._lock = anyio.Lock()
         self._group: anyio.abc.TaskGroup | None = None
         self._closing = False
+        self.per_process = min(settings.host_sessions, per_process or settings.host_sessions)
+        """Sessions per process: `--host-sessions`, or fewer when the class says so (an OpenEnv class that does
+        not declare `SUPPORTS_CONCURRENT_SESSIONS` gets a process per session)."""
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[HostPool]:
@@ -64,7 +67,7 @@ class HostPool:
         """A process with room for one more session, counted there (give it back with `release`)."""
         async with self._lock:
             for host in self._live():
-                if not host.retired and host.sessions < self.settings.host_sessions:
+                if not host.retired and host.sessions < self.per_process:
                     host.sessions += 1
                     return host
             if len([h for h in self._live() if not h.retired]) >= self.settings.host_processes:
