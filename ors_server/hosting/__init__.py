@@ -1,6 +1,7 @@
 """Environments of other frameworks (and isolated native ones), served from host processes of their own interpreter.
 
     --env openreward:MODULE:CLASS[@PYTHON]   an `openreward.environments.Environment` subclass
+    --env openenv:MODULE:CLASS[?action=MODULE:CLASS][@PYTHON]   an OpenEnv `Environment` or `MCPEnvironment` subclass
     --env isolated:MODULE:CLASS[@PYTHON]     one of ours, in host processes (a crash or a held GIL costs only them)
 
 `PYTHON` is the interpreter of the virtual environment that has the framework and the user's code (default: the

@@ -27,8 +27,10 @@ Actions
     the same session: its `seed` and `task_spec` / `split` / `index` pick the task through
     `Environment.task_from_seed`, the rule the MCP face applies to Eval Protocol's seeds and configs.
 
-Modules: `wire` (the shapes every transport shares), `sessions` (which socket drives which session),
-`websocket`, `jsonrpc` and `http` (the three transports).
+OpenEnv's own environments (`--env openenv:...`, hosted) are answered in OpenEnv's own words: see `native`.
+
+Modules: `native` (OpenEnv classes' own answers), `wire` (the shapes every transport shares), `sessions` (which
+socket drives which session), `websocket`, `jsonrpc` and `http` (the three transports).
 
 Errors
     A frame that cannot be served gets OpenEnv's error envelope (`INVALID_JSON`, `UNKNOWN_TYPE`,

@@ -4,6 +4,7 @@ request)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from pydantic import ValidationError
@@ -11,15 +12,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ors_server.environment import Environment
+from ors_server.errors import ReadFailed
+from ors_server.faces.openenv import native
 from ors_server.faces.openenv.sessions import OpenEnvFace
 from ors_server.faces.openenv.wire import (
     CREATED_BY,
     CallToolObservation,
     EpisodeState,
+    FrameError,
     ListToolsAction,
     ResetRequest,
     StepRequest,
     action_schema,
+    described,
     list_tools_payload,
     parse_action,
     reset_payload,
@@ -76,6 +81,9 @@ class StatelessHttp:
 
     async def metadata(self, request: Request) -> Response:
         env_cls = self.face.env_of(request.path_params.get("env"))
+        hosted = described(env_cls)
+        if hosted is not None and "metadata" in hosted:
+            return JSONResponse(hosted["metadata"])  # the class's own get_metadata()
         doc = (env_cls.__doc__ or "").strip()
         return JSONResponse(
             {
@@ -89,7 +97,11 @@ class StatelessHttp:
         )
 
     async def schema(self, request: Request) -> Response:
-        return JSONResponse(_schemas(self.face.env_of(request.path_params.get("env"))))
+        env_cls = self.face.env_of(request.path_params.get("env"))
+        hosted = described(env_cls)
+        if hosted is not None and "schema" in hosted:
+            return JSONResponse(hosted["schema"])  # the class's action, observation and state models
+        return JSONResponse(_schemas(env_cls))
 
     async def openapi(self, request: Request) -> Response:
         env_cls = self.face.env_of(request.path_params.get("env"))
@@ -104,6 +116,14 @@ class StatelessHttp:
         face = self.face
         env_cls = face.env_of(request.path_params.get("env"))
         body: ResetRequest = await read_body(request, ResetRequest, empty_ok=True)
+        if described(env_cls) is not None:
+            kwargs = body.model_dump(exclude_unset=True)
+
+            async def reset_observation(session: Session) -> Any:
+                return await native.ask(face.store, session, "reset_observation")
+
+            answered = await _http_of(face.one_off(env_cls, reset_observation, config={"task_spec": kwargs}))
+            return JSONResponse({"metadata": None, **answered})
 
         async def observe(session: Session) -> Any:
             return await face.store.initial_observation(session)
@@ -124,10 +144,22 @@ class StatelessHttp:
 
         async def call(session: Session) -> dict[str, Any]:
             result = await face.calls.call(session, action.name, action.arguments, face=CREATED_BY)
-            return step_payload(action.name, result, session)
+            answered = native.step_data(result) if described(env_cls) is not None else None
+            return answered if answered is not None else step_payload(action.name, result, session)
 
-        return JSONResponse({"metadata": None, **(await face.one_off(env_cls, call))})
+        return JSONResponse({"metadata": None, **(await _http_of(face.one_off(env_cls, call)))})
 
     async def state(self, request: Request) -> Response:
         self.face.env_of(request.path_params.get("env"))
         return JSONResponse({"episode_id": None, "step_count": 0})
+
+
+async def _http_of(work: Awaitable[Any]) -> Any:
+    """The result of `work`; an OpenEnv error envelope raised by it in FastAPI's shape (422 for a refused action,
+    500 for a class that raised), as OpenEnv's stateless routes answer."""
+    try:
+        return await work
+    except FrameError as error:
+        if error.code == "VALIDATION_ERROR":
+            raise BodyInvalid(error.extra.get("errors") or [{"msg": error.message}]) from None
+        raise ReadFailed(error.message) from None

@@ -14,6 +14,7 @@ from ors_server import wirejson
 from ors_server.calls import ToolRejected
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, CapacityReached, NotFound, OrsError, SessionDeleted, Unavailable
+from ors_server.faces.openenv import native
 from ors_server.faces.openenv.sessions import OpenEnvFace
 from ors_server.faces.openenv.wire import (
     CREATED_BY,
@@ -148,6 +149,12 @@ class JsonRpc:
             result = await self.face.one_off(
                 env_cls, lambda s: self.face.calls.call(s, name, arguments, face=CREATED_BY)
             )
+        try:
+            answered = native.rpc_result(result)
+        except RuntimeError as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        if answered is not None:
+            return answered
         if isinstance(result, ToolOutput):
             # Like OpenEnv's /mcp: no reward or done here, though the call is a step of the episode.
             return call_tool_result(result)

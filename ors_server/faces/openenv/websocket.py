@@ -16,6 +16,7 @@ from ors_server import wirejson
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, CapacityReached, EnvironmentNotFound, InvalidTask, OrsError, TaskTooLarge
 from ors_server.faces import deny_websocket
+from ors_server.faces.openenv import native
 from ors_server.faces.openenv.jsonrpc import JsonRpc
 from ors_server.faces.openenv.sessions import OpenEnvFace, Socket
 from ors_server.faces.openenv.wire import (
@@ -24,6 +25,7 @@ from ors_server.faces.openenv.wire import (
     ListToolsAction,
     ResetRequest,
     StepFrame,
+    described,
     dumps,
     invalid_frame,
     list_tools_payload,
@@ -112,12 +114,19 @@ class SocketChannel:
         except ValidationError as exc:
             raise invalid_frame(exc) from None
         session = await self._ready(socket)
+        hosted = described(session.env_cls) is not None
         if isinstance(action, ListToolsAction):
+            if hosted:
+                listed: dict[str, Any] = await native.ask(self.face.store, session, "list_tools")
+                return listed
             return list_tools_payload(await self.face.calls.tools(session.env_cls, session))
         result = await self.face.calls.call(session, action.name, action.arguments, face=CREATED_BY)
-        return step_payload(action.name, result, session)
+        answered = native.step_data(result) if hosted else None
+        return answered if answered is not None else step_payload(action.name, result, session)
 
     async def _reset(self, socket: Socket, data: Any) -> dict[str, Any]:
+        if described(socket.session.env_cls) is not None:
+            return await self._native_reset(socket, data)
         try:
             request = ResetRequest.model_validate(data if data is not None else {})
         except ValidationError as exc:
@@ -139,7 +148,30 @@ class SocketChannel:
         if not self.face.current(session):
             socket.ended = True
             raise FrameError("SESSION_ERROR", f"Session {session.id} has ended")
+        if described(session.env_cls) is not None:
+            state: dict[str, Any] = await native.ask(self.face.store, await self._ready(socket), "state")
+            return state
         return {"episode_id": session.id, "step_count": session.step_count}
+
+    async def _native_reset(self, socket: Socket, data: Any) -> dict[str, Any]:
+        """A reset of an OpenEnv class: a new episode whose task is the frame's data, `reset()`'s keyword arguments
+        (the class keeps those its signature takes), answered with the class's reset observation."""
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise FrameError("VALIDATION_ERROR", "Invalid message: a reset's data is an object")
+        session = socket.session
+        if not self.face.current(session):
+            socket.ended = True
+            raise FrameError("SESSION_ERROR", f"Session {session.id} has ended")
+        try:
+            await self.face.store.reset(session, None, {"task_spec": data})
+        except TaskTooLarge as exc:
+            raise FrameError("VALIDATION_ERROR", exc.message) from None
+        except OrsError as exc:
+            raise FrameError("EXECUTION_ERROR", exc.message) from None
+        observation: dict[str, Any] = await native.ask(self.face.store, await self._ready(socket), "reset_observation")
+        return observation
 
     async def _mcp_frame(self, socket: Socket, data: Any) -> dict[str, Any]:
         return await self.rpc.answer(data, socket.session.env_cls, None, bound=socket.session)

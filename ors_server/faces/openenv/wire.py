@@ -17,6 +17,7 @@ from ors_server.calls import CallResult, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import OrsError, SessionExpired
 from ors_server.faces.ors import BodyInvalid
+from ors_server.hosting import HostedEnvironment
 from ors_server.sessions import Session
 from ors_server.types import ImageBlock, TextBlock, ToolOutput
 
@@ -140,12 +141,26 @@ def unknown_session(key: Any, exc: OrsError) -> str:
     return f"Unknown session_id: {key}"
 
 
+def described(env_cls: type[Environment]) -> dict[str, Any] | None:
+    """What the host of an OpenEnv class described of it (`kind` "mcp" or "typed", its `metadata` and `schema`);
+    None for every other class. Such a class is answered in OpenEnv's own words (see `native`)."""
+    if issubclass(env_cls, HostedEnvironment):
+        extra = env_cls.description.get("extra") or {}
+        if extra.get("framework") == "openenv":
+            return dict(extra)
+    return None
+
+
 def parse_action(env_cls: type[Environment], data: dict[str, Any]) -> ToolCallAction | ListToolsAction:
     """The action a step's data names; raises ValidationError for data that is no action."""
+    native = described(env_cls)
+    if native is not None and native.get("kind") == "typed":
+        [spec] = env_cls.tools.values()
+        return ToolCallAction(spec.name, data)  # the class's own action type: the class validates all of it
     kind = data.get("type")
     if kind == "list_tools":
         return ListToolsAction.model_validate(data)
-    if kind is None and len(env_cls.tools) == 1:
+    if kind is None and len(env_cls.tools) == 1 and native is None:
         # The only tool's arguments. A typed client's `model_dump()` adds `metadata`, which is not an argument.
         [spec] = env_cls.tools.values()
         if "metadata" in data and "metadata" not in ((spec.schema or {}).get("properties") or {}):
