@@ -37,6 +37,7 @@ What user code prints goes to stderr (the server's log): stdout is the protocol'
 """
 
 import asyncio
+import concurrent.futures
 import inspect
 import json
 import os
@@ -221,6 +222,9 @@ def main():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     loop = asyncio.new_event_loop()
+    # Sync user code runs on the default executor (`asyncio.to_thread`, openreward's `run_user_callable`), whose
+    # default size (CPUs + 4) would queue the sessions of a process behind a few slow or hung tools.
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="ors-host"))
     asyncio.set_event_loop(loop)
     host = Host(loop, out_fd)
     threading.Thread(target=host.read_forever, args=(0,), name="ors-host-reader", daemon=True).start()

@@ -2,6 +2,7 @@
 tools that answer, crash the host process, and hang it."""
 
 import os
+import threading
 import time
 
 from pydantic import BaseModel
@@ -11,6 +12,10 @@ from ors_server import Environment, TextBlock, ToolOutput, tool
 
 class EchoInput(BaseModel):
     text: str
+
+
+MEETING = threading.Barrier(8)
+"""Shared by the sessions of one host process: `meet` returns only when eight calls run at once."""
 
 
 class Fragile(Environment):
@@ -34,6 +39,12 @@ class Fragile(Environment):
     def whoami(self) -> ToolOutput:
         """The host process's uid."""
         return ToolOutput(blocks=[TextBlock(text=str(os.getuid()))])
+
+    @tool
+    def meet(self) -> ToolOutput:
+        """Wait until eight sessions of this host process call this at once (bounded)."""
+        MEETING.wait(timeout=30)
+        return ToolOutput(blocks=[TextBlock(text="met")])
 
     @tool
     def crash(self) -> ToolOutput:

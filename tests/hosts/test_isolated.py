@@ -3,6 +3,7 @@ process through the ORS face, and a host that crashes or hangs costs only its se
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -61,7 +62,7 @@ def _call(client: TestClient, sid: str, name: str, arguments: dict | None = None
 
 def test_describes_lists_and_runs_like_a_native_environment(client: TestClient) -> None:
     tools = client.get("/fragile/tools").json()["tools"]
-    assert [t["name"] for t in tools] == ["echo", "whoami", "crash", "hang"]
+    assert [t["name"] for t in tools] == ["echo", "whoami", "meet", "crash", "hang"]
     assert tools[0]["input_schema"]["required"] == ["text"]
     assert client.get("/fragile/splits").json() == [
         {"name": "train", "type": "train"},
@@ -172,3 +173,23 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+@pytest.mark.anyio
+async def test_sync_tools_of_many_sessions_run_at_once_in_one_host_process() -> None:
+    # The default executor of the host's loop would run CPUs + 4 (6 here) sync tools at once: the eighth waits.
+    envs = resolve_environments(["isolated:native_envs:Fragile"], str(HERE))
+    app = create_app(envs, Settings(host_sessions=8, tool_timeout=60.0))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=90) as http:
+
+            async def meet(n: int) -> str:
+                headers = {"X-Session-ID": f"m{n}"}
+                body = {"env_name": "fragile", "split": "train", "index": 0}
+                assert (await http.post("/create", json=body, headers=headers)).status_code == 200
+                answer = await http.post("/fragile/call", json={"name": "meet", "input": {}}, headers=headers)
+                return answer.text
+
+            answers = await asyncio.gather(*(meet(n) for n in range(8)))
+    assert all('"text":"met"' in answer for answer in answers), answers
