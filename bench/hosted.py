@@ -1,12 +1,13 @@
 """Per-call overhead of a hosted environment against the same environment native, in one run.
 
-    python bench/hosted.py [-n 2000] [--rounds 3] [--sessions 8] [--openreward PYTHON]
+    python bench/hosted.py [-n 2000] [--rounds 3] [--sessions 8] [--openreward PYTHON] [--openenv PYTHON]
 
 Drives ORS `/call` straight through the ASGI app (no sockets, as bench/inprocess.py does) for bench/envs.py's
 `Counter` served natively (in the server's process) and hosted (`--env isolated:bench.envs:Counter`: the same class
 in a host process, every call a round trip over its pipes), interleaved. Prints calls/s sequentially (one session)
 and with `--sessions` concurrent sessions, and the hosted/native ratio. With `--openreward PYTHON` (the python of a
-venv with `openreward`), also `openreward:bench.openreward_counter:Counter`, the same counter written for openreward.
+venv with `openreward`), also `openreward:bench.openreward_counter:Counter`, the same counter written for openreward;
+with `--openenv PYTHON`, `openenv:bench.openenv_counter:CounterEnvironment`, the counter as an OpenEnv MCPEnvironment.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--openreward", metavar="PYTHON")
+    parser.add_argument("--openenv", metavar="PYTHON")
     args = parser.parse_args()
     logging.getLogger("ors_server").setLevel(logging.WARNING)
     contenders = {"native": Counter}
@@ -62,6 +64,9 @@ async def main() -> None:
     if args.openreward:
         spec = f"openreward:bench.openreward_counter:Counter@{args.openreward}"
         [contenders["hosted (openreward)"]] = resolve_environments([spec], str(ROOT))
+    if args.openenv:
+        spec = f"openenv:bench.openenv_counter:CounterEnvironment@{args.openenv}"
+        [contenders["hosted (openenv)"]] = resolve_environments([spec], str(ROOT))
     figures: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.rounds):  # interleaved
         for name, env in contenders.items():
