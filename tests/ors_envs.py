@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -123,6 +124,12 @@ class SleepInput(BaseModel):
     seconds: float
 
 
+class CountInput(BaseModel):
+    steps: int = 5
+    pause: float = 0.0
+    gated: bool = False
+
+
 class MathLike(Recording):
     """The default environment: a math task with a grading tool and tools that exercise the call pipeline."""
 
@@ -180,6 +187,17 @@ class MathLike(Recording):
         await anyio.sleep(params.seconds)
         record(self.tag, "sleep-end")
         return ToolOutput(blocks=[TextBlock(text="slept")], reward=0.0)
+
+    @tool
+    def count(self, params: CountInput) -> ToolOutput:
+        """Report `steps` progress steps, `pause` seconds apart; `gated`: the last one waits for this session's
+        gate (so the call streams, and the test sees the reports before the end)."""
+        for done in range(1, params.steps + 1):
+            time.sleep(params.pause)
+            if params.gated and done == params.steps:
+                gate(self.tag).wait(GATE_TIMEOUT)
+            self.report_progress(done, params.steps, f"step {done}")
+        return ToolOutput(blocks=[TextBlock(text=f"counted {params.steps}")], reward=1.0)
 
     @tool
     def rendezvous(self) -> ToolOutput:

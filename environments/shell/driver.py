@@ -40,6 +40,8 @@ START_TIMEOUT = 10.0
 BUFFER_LIMIT = 256 * 1024
 """Bytes of unread output buffered per stream before reading pauses (and a chatty command blocks on the pipe)."""
 MAX_TRAILER = 8192
+TAIL_BYTES = 1024
+"""Of a running command's output, how much is kept to find its last line (for progress reports)."""
 """The most bytes kept after an end marker (the exit code and the working directory)."""
 
 
@@ -232,6 +234,8 @@ class Capture:
     pending: bytes = b""
     trailer: bytes | None = None
     done: bool = False
+    tail: bytes = b""
+    """The last `TAIL_BYTES` of the output, however much was kept: what a running command last printed."""
 
     def feed(self, chunk: bytes) -> bytes:
         """Take `chunk`; once the end has been seen, return the bytes that came after it (they are not ours)."""
@@ -266,6 +270,14 @@ class Capture:
         if room > 0:
             self.kept += data[:room]
         self.total += len(data)
+        if data:
+            self.tail = (self.tail + data)[-TAIL_BYTES:]
+
+    def last_line(self) -> str | None:
+        """The last non-empty line the command has printed so far (with what is held back in case it starts the
+        end marker: the marker is never printed before the command ends)."""
+        lines = (self.tail + self.pending)[-TAIL_BYTES:].decode("utf-8", errors="replace").splitlines()
+        return next((line.strip() for line in reversed(lines) if line.strip()), None)
 
     @property
     def exit_code(self) -> int | None:
@@ -341,6 +353,8 @@ class BashDriver:
         self._owed: str | None = None
         """The token of a command whose end markers have not been read yet (it runs, or was abandoned)."""
         self._closed = False
+        self._running: tuple[Capture, Capture] | None = None
+        """The captures of the command `run` is running."""
 
     @property
     def pid(self) -> int | None:
@@ -386,6 +400,7 @@ class BashDriver:
             raise ShellClosed("the shell has been closed")
         token = uuid.uuid4().hex
         out, err = Capture(_marker(token) + b":", self.output_cap), Capture(_marker(token), self.output_cap)
+        self._running = (out, err)
         timed_out = False
         try:
             status = await self._exchange(token, command, out, err, self.timeout)
@@ -405,7 +420,15 @@ class BashDriver:
             await self._after_loss(process, status, timed_out, notes)
         out.flush()
         err.flush()
+        self._running = None
         return CommandResult(out.exit_code, out.text("stdout"), err.text("stderr"), notes)
+
+    def last_line(self) -> str | None:
+        """The last line the running command has printed (stdout, else stderr), for progress reports."""
+        if self._running is None:
+            return None
+        out, err = self._running
+        return out.last_line() or err.last_line()
 
     async def close(self) -> None:
         """Kill the shell and everything it started; a command running meanwhile ends. Safe to call twice."""

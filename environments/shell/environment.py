@@ -23,6 +23,10 @@ from ors_server import Environment, TextBlock, ToolOutput, tool
 from ors_server.sandbox import mount_tmpfs, private_dir, remove_tree
 
 MAX_COMMAND_CHARS = 100_000
+PROGRESS_AFTER = 2.0
+"""Seconds a command runs before its first progress report."""
+PROGRESS_EVERY = 1.5
+"""Seconds between progress reports after that (at most 2 s apart, even on a busy event loop)."""
 
 
 class BashInput(BaseModel):
@@ -128,12 +132,26 @@ class Shell(Environment):
             raise ValueError(f"the command is longer than {MAX_COMMAND_CHARS} characters")
         if self.shell is None:
             raise RuntimeError("the shell is not running")
-        result = await self.shell.run(params.command)
+        async with anyio.create_task_group() as reporting:
+            reporting.start_soon(self._report_while_running)
+            result = await self.shell.run(params.command)
+            reporting.cancel_scope.cancel()
         return ToolOutput(
             blocks=[TextBlock(text=result.render())],
             metadata={"exit_code": result.exit_code},
             reward=0.0,
         )
+
+    async def _report_while_running(self) -> None:
+        """Progress of a long command for a caller that asked for it: the seconds it has run, and the last line
+        it printed, from `PROGRESS_AFTER` seconds on, every `PROGRESS_EVERY`."""
+        started = anyio.current_time()
+        await anyio.sleep(PROGRESS_AFTER)
+        while True:
+            assert self.shell is not None
+            elapsed = round(anyio.current_time() - started, 1)
+            self.report_progress(elapsed, self.timeout, self.shell.last_line() or f"running for {elapsed:g} s")
+            await anyio.sleep(PROGRESS_EVERY)
 
     @tool
     async def submit(self) -> ToolOutput:

@@ -9,10 +9,13 @@ endpoints, for the default environment on discovery endpoints.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -23,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ors_server import ids, sse, wirejson
-from ors_server.calls import CallResult, Calls, ToolCall, ToolCrashed, ToolRejected
+from ors_server.calls import CallResult, Calls, Progress, ToolCall, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -43,6 +46,8 @@ from ors_server.types import Blocks, Split, ToolOutput
 
 logger = logging.getLogger("ors_server.ors")
 
+PROGRESS_KEPT = 64
+"""Progress reports of a streaming call kept until its stream takes them."""
 FAST_ANSWER_WAIT = 0.5
 """Seconds a call may take and still be answered in one response rather than streamed."""
 ORS_REASONS = {"not_found", "name_collision", "input_validation", "episode_finished"}
@@ -169,15 +174,60 @@ async def _get_task(store: SessionStore, env_cls: type[Environment], split: str,
         raise InvalidIndex() from None
 
 
-async def _stream_call(session: Session, running: ToolCall, keepalive: float) -> AsyncIterator[bytes]:
+async def _stream_call(
+    session: Session, running: ToolCall, reports: ProgressReports, keepalive: float
+) -> AsyncIterator[bytes]:
     yield sse.event("task_id", running.id).encode()
     while running.result is None:
         with anyio.move_on_after(keepalive):
-            await running.wait()
-        if running.result is None:
+            await reports.next_or_end(running)
+        news = reports.events()
+        if news:
+            yield b"".join(event.encode() for event in news)
+        elif running.result is None:
             yield sse.keepalive()
     session.touch()
-    yield b"".join(event.encode() for event in render_result(running.result))
+    yield b"".join(event.encode() for event in [*reports.events(), *render_result(running.result)])
+
+
+class ProgressReports:
+    """The progress reports of one ORS call, as `progress` events on its stream (`{"progress", "total",
+    "message"}`, which the official clients skip). Reports come from the tool's thread; the latest
+    `PROGRESS_KEPT` wait for the stream, older ones are dropped (each report is a snapshot)."""
+
+    def __init__(self) -> None:
+        self._reports: deque[Progress] = deque(maxlen=PROGRESS_KEPT)
+        self._arrived = anyio.Event()
+        self._loop = asyncio.get_running_loop()
+
+    def __call__(self, report: Progress) -> None:  # any thread
+        self._reports.append(report)
+        with contextlib.suppress(RuntimeError):  # the loop has closed (shutdown): nobody to tell
+            self._loop.call_soon_threadsafe(self._arrived.set)
+
+    def events(self) -> list[ServerSentEvent]:
+        """The reports not yet sent, as events."""
+        events = []
+        while self._reports:
+            report = self._reports.popleft()
+            data = {"progress": report.done, "total": report.total, "message": report.message}
+            events.append(sse.event("progress", sse.to_json(data)))
+        if self._arrived.is_set():
+            self._arrived = anyio.Event()
+        return events
+
+    async def next_or_end(self, running: ToolCall) -> None:
+        """Wait until a report arrives or the call ends."""
+        if self._reports:
+            return
+        async with anyio.create_task_group() as waiting:
+
+            async def until(wait: Callable[[], Awaitable[Any]]) -> None:
+                await wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(until, running.wait)
+            waiting.start_soon(until, self._arrived.wait)
 
 
 def render_result(result: CallResult) -> list[ServerSentEvent]:
@@ -329,20 +379,21 @@ class OrsFace:
         session = await store.get_ready(sid, env_name)
         request.state.tool = session.redact(body.name)  # for the access log: any string, a secret value too
         request.state.env = session.env_name
+        reports = ProgressReports()
         if body.task_id is not None:
             running = calls.find(session, body.task_id)
             if running is None:
                 return sse.complete([sse.event("error", "unknown task_id")])
         else:
-            running = calls.start(session, body.name, body.input, face="ors")
+            running = calls.start(session, body.name, body.input, face="ors", progress=reports)
         keepalive = store.settings.sse_keepalive
         # Most calls end within milliseconds: answer those in one response, and stream only the slow ones.
         with anyio.move_on_after(min(FAST_ANSWER_WAIT, keepalive)):
             await running.wait()
         if running.result is not None:
             session.touch()
-            return sse.complete([sse.event("task_id", running.id), *render_result(running.result)])
-        return sse.stream(_stream_call(session, running, keepalive))
+            return sse.complete([sse.event("task_id", running.id), *reports.events(), *render_result(running.result)])
+        return sse.stream(_stream_call(session, running, reports, keepalive))
 
 
 # Errors: one renderer from the domain tree to `{"detail": ...}`.

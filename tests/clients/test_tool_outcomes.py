@@ -72,3 +72,11 @@ def test_the_other_shapes_as_each_client_sees_them(outcomes, client):
     else:
         assert crash["call"]["raised"] == "RuntimeError" and "kaboom" in crash["call"]["message"]
         assert crash["then"]["blocks"][0]["text"] == "still here"
+
+
+@pytest.mark.parametrize("client", ["openreward", "ors-sdk"])
+@pytest.mark.parametrize("shape", ["progress_fast", "progress_streamed"])
+def test_progress_events_are_skipped_and_the_result_read(outcomes, client, shape):
+    played = outcomes[shape]
+    assert played["call"]["blocks"][0]["text"] == "counted 5"
+    assert played["then"]["blocks"][0]["text"] == "still here"

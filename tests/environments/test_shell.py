@@ -17,7 +17,7 @@ import pytest
 from environments.math import Math
 from environments.shell import EXERCISES, TEST, TRAIN, Shell
 from environments.shell.confinement import _working_bwrap_flags, bwrap_problem
-from ors_server.calls import ToolCrashed, ToolRejected
+from ors_server.calls import Progress, ToolCrashed, ToolRejected
 from ors_server.errors import SetupFailed
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput
@@ -129,6 +129,22 @@ async def test_the_shell_gets_neither_the_servers_environment_nor_the_sessions_s
     async with shell_session(secrets={"TOKEN": "do-not-leak-secret"}) as (store, session):
         text = await bash(store, session, "env; echo \"[$ORS_API_KEY]\"; cat /proc/$$/environ | tr '\\0' '\\n'")
         assert "do-not-leak" not in text and "[]" in text
+
+
+async def test_a_long_command_reports_its_seconds_and_last_line_as_progress() -> None:
+    """From 2 s on, at most 2 s apart: the seconds the command has run (of its timeout) and what it printed last."""
+    reports: list[Progress] = []
+    async with shell_session({"id": "hello_file", "command_timeout": 20}) as (store, session):
+        assert isinstance(store, StoreWithCalls)
+        command = "for i in 1 2 3 4 5 6; do echo line-$i; sleep 0.75; done"
+        call = store.calls.start(session, "bash", {"command": command}, progress=reports.append)
+        with anyio.fail_after(30):
+            result = await call.wait()
+    assert isinstance(result, ToolOutput) and "line-6" in result.blocks[0].text
+    assert len(reports) >= 2, reports
+    assert reports[0].done >= 2.0
+    assert [r.done for r in reports] == sorted({r.done for r in reports})  # increasing
+    assert all(r.total == 20.0 and r.message is not None and r.message.startswith("line-") for r in reports), reports
 
 
 async def test_nul_in_a_command_fails_the_call() -> None:

@@ -344,6 +344,39 @@ def test_keepalive_comments_sit_between_events_as_their_own_blocks(client: httpx
         gate(tag).set()
 
 
+# Progress
+
+
+def progress_events(raw: bytes) -> list[dict]:
+    return [json.loads(data) for name, data in openreward_events(raw) if name == "progress"]
+
+
+def test_progress_reports_of_a_fast_call_come_before_its_result_in_the_one_response(client: httpx.Client) -> None:
+    sid = create(client, math_task(0, new_tag()))
+    _, raw = post_sse(client, "/mathlike/call", {"name": "count", "input": {"steps": 5}}, sid)
+    names = [name for name, _ in openreward_events(raw)]
+    assert names == ["task_id", *["progress"] * 5, "end"]
+    expected = [{"progress": float(n), "total": 5.0, "message": f"step {n}"} for n in range(1, 6)]
+    assert progress_events(raw) == expected
+    assert openreward_result(raw)["output"]["blocks"][0]["text"] == "counted 5"
+
+
+def test_progress_reports_of_a_slow_call_stream_as_they_happen(client: httpx.Client) -> None:
+    tag = new_tag()
+    sid = create(client, math_task(0, tag))
+    try:
+        with open_call(client, sid, {"name": "count", "input": {"steps": 5, "gated": True}}) as reader:
+            reader.until(b"event: progress", times=4)  # before the tool is let through to its last step
+            assert b"event: end" not in reader.raw
+            gate(tag).set()
+            raw = reader.rest()
+    finally:
+        gate(tag).set()
+    assert [p["progress"] for p in progress_events(raw)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [name for name, _ in openreward_events(raw)][-1] == "end"
+    assert openreward_result(raw)["output"]["reward"] == 1.0
+
+
 # Resume by task_id
 
 

@@ -22,9 +22,10 @@ class Gated(SingleTask):
     @tool
     async def wait(self) -> ToolOutput:
         """Answer when the gate file appears ("through"), or after 20 s without it ("timed out"). Touches
-        `<gate file>.waiting` on starting."""
+        `<gate file>.waiting` on starting, and reports progress 1 of 2 then."""
         gate = Path(os.environ["ORS_GATE_FILE"])
         await anyio.Path(f"{gate}.waiting").touch()  # tells the test the call is under way
+        self.report_progress(1, 2, "waiting at the gate")
         with anyio.move_on_after(20):
             while True:  # another process opens the gate: a file is the only signal it can give
                 if await anyio.Path(gate).exists():

@@ -11,7 +11,7 @@ import pytest
 from tests.scale.deployment import deployment
 
 
-def test_an_sse_call_streams_its_task_id_through_the_front_before_the_tool_has_answered(tmp_path):
+def test_an_sse_call_streams_its_task_id_and_progress_through_the_front_before_the_tool_has_answered(tmp_path):
     gate = tmp_path / "gate"
     env = {"ORS_GATE_FILE": str(gate)}
     with deployment(tmp_path, "--env", "tests.scale.scale_envs:Gated", "--log-level", "warning", env=env) as front:
@@ -24,9 +24,10 @@ def test_an_sse_call_streams_its_task_id_through_the_front_before_the_tool_has_a
                 assert answer.headers["content-type"].startswith("text/event-stream")
                 received = b""
                 chunks = answer.iter_raw()
-                while b"\r\n\r\n" not in received:
+                while b"event: progress" not in received:
                     received += next(chunks)
-                # The first event is through while the tool is still waiting on the gate.
+                # The first events are through while the tool is still waiting on the gate: its task id, and the
+                # progress it reported.
                 assert received.startswith(b"event: task_id") and not gate.exists()
                 gate.touch()
                 received += b"".join(chunks)

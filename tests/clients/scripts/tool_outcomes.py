@@ -6,6 +6,7 @@
                    the schema's enum)
     error text     an `end` event with `{"ok": true}` whose output is text (MathLike's `echo`)
     tool crash     an `error` event (MathLike's `boom` raises)
+    progress       `progress` events, then an `end` (MathLike's `count` reports 5 steps; fast, and streamed)
 
 After each, the script makes one valid call in the same session and records what the client did with it.
 """
@@ -48,6 +49,9 @@ def run(lake: Any, math: Any) -> dict:
         "wrong_type": _shape(lake, lake_task, "lake_move", {"action": 3}, down),
         "error_text": _shape(math, math_task, "echo", {"text": "Error: that did not work"}, echo),
         "tool_crash": _shape(math, math_task, "boom", {}, echo),
+        # `progress` events before the result: in the one response of a fast call, streamed from a slow one.
+        "progress_fast": _shape(math, math_task, "count", {"steps": 5}, echo),
+        "progress_streamed": _shape(math, math_task, "count", {"steps": 5, "pause": 0.25}, echo),
     }
 
 
