@@ -52,6 +52,18 @@ class _Open:
     key: str
     secrets: dict[str, str]
     calls: int = 0
+    _masks: tuple[tuple[str, str], ...] | None = None
+
+    @property
+    def masks(self) -> tuple[tuple[str, str], ...]:
+        """Each secret value, raw and as JSON escapes it inside a string (worked out once, on the writer)."""
+        if self._masks is None:
+            found = []
+            for value in self.secrets.values():
+                if value:
+                    found.append((value, _ENCODER.encode(value)[1:-1]))
+            self._masks = tuple(found)
+        return self._masks
 
 
 def episode_id(session: Session, episode: Episode) -> str:
@@ -221,7 +233,7 @@ def _batch(items: list[tuple[Any, ...]], owner: str) -> Batch:
     sizes: dict[str, int] = {}
     for item in items:
         kind, opened = item[0], item[1]
-        secrets = opened.secrets
+        secrets = opened.masks
         if kind == "start":
             _, _, record_id, session, number, started_at, task_spec = item
             labels = dict(session.labels)
@@ -256,7 +268,7 @@ def _batch(items: list[tuple[Any, ...]], owner: str) -> Batch:
 
 
 def _call_row(
-    key: str, n: int, call: ToolCall, arguments: Any, result: Any, secrets: dict[str, str]
+    key: str, n: int, call: ToolCall, arguments: Any, result: Any, secrets: tuple[tuple[str, str], ...]
 ) -> tuple[Any, ...]:
     output = error = reason = None
     if isinstance(result, ToolOutput):
@@ -288,18 +300,20 @@ def _call_row(
     )
 
 
-def _masked(value: Any, secrets: dict[str, str]) -> str:
+_ENCODER = json.JSONEncoder(default=str, ensure_ascii=False)
+
+
+def _masked(value: Any, secrets: tuple[tuple[str, str], ...]) -> str:
     """`value` as JSON with every secret value masked (raw, and as JSON escapes it inside a string)."""
-    return _mask(json.dumps(value, default=str, ensure_ascii=False), secrets)
+    return _mask(_ENCODER.encode(value), secrets)
 
 
-def _mask(text: str, secrets: dict[str, str]) -> str:
-    for value in secrets.values():
-        if value:
-            text = text.replace(value, "***")
-            escaped = json.dumps(value, ensure_ascii=False)[1:-1]
-            if escaped != value:
-                text = text.replace(escaped, "***")
+def _mask(text: str, secrets: tuple[tuple[str, str], ...]) -> str:
+    for raw, escaped in secrets:
+        if raw in text:
+            text = text.replace(raw, "***")
+        if escaped != raw and escaped in text:
+            text = text.replace(escaped, "***")
     return text
 
 
