@@ -79,7 +79,14 @@ def test_retention_forgets_old_episodes_and_the_oldest_past_the_size_bound(tmp_p
     assert kept == ["new", "middle", "live"]
 
 
-def test_a_full_queue_makes_calls_wait_and_loses_nothing(tmp_path: Path) -> None:
+def test_a_full_queue_makes_calls_wait_and_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write = Database.write
+
+    def slow_write(self: Database, batch: Batch) -> None:
+        time.sleep(0.2)  # a database that falls behind: the writer's thread, never the event loop
+        write(self, batch)
+
+    monkeypatch.setattr(Database, "write", slow_write)
     app = create_app([Counter], Settings(records=str(tmp_path / "slow.db"), records_queue=1))
     with serve(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         client.post("/create", headers={"X-Session-ID": "pressed"}, json={"env_name": "counter", "task_spec": {}})
