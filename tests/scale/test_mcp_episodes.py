@@ -21,7 +21,8 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with deployment(tmp_path_factory.mktemp("mcp"), "--env", "frozen_lake", "--log-level", "warning") as running:
+    args = ("--env", "frozen_lake", "--env", "tests.ors_envs:MathLike", "--log-level", "warning")
+    with deployment(tmp_path_factory.mktemp("mcp"), *args) as running:
         yield running
 
 
@@ -73,3 +74,25 @@ async def test_a_2025_client_initializing_on_an_episode_url_is_routed_to_its_own
             # The episode created over ORS (its seeded map), not a new one on another worker under the same id.
             assert (await client.get_prompt("task")).messages[0].content.text == prompt
             await play_lake(client)
+
+
+async def test_progress_notifications_reach_the_client_through_the_front_from_either_worker(front):
+    """A current-era call with a progress token is answered as an event stream, which the front relays."""
+    async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
+        sids = []
+        for _ in range(4):
+            sid = f"pr-{uuid.uuid4().hex[:12]}"
+            body = {"env_name": "mathlike", "task_spec": {"question": "1+1", "answer": "2"}}
+            assert (await http.post("/create", json=body, headers={"X-Session-ID": sid})).status_code == 200
+            sids.append(sid)
+    assert {front.holder(sid) for sid in sids} == {0, 1}
+    for sid in sids:
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total, message))  # noqa: B023 (each client is done before the loop moves on)
+
+        async with Client(f"{front.url}/mathlike/mcp/episodes/{sid}") as client:
+            result = await client.call_tool("count", {"steps": 5}, progress_callback=on_progress)
+        assert result.structured_content == {"reward": 1.0, "finished": False}
+        assert seen == [(float(n), 5.0, f"step {n}") for n in range(1, 6)]
