@@ -14,6 +14,7 @@ the session.
 from __future__ import annotations
 
 import builtins
+import inspect
 import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -183,6 +184,14 @@ class HostedEnvironment(Environment):
         return [
             ImageBlock.model_validate(b) if b.get("type") == "image" else TextBlock.model_validate(b) for b in blocks
         ]
+
+    async def initial_observation(self) -> Any:
+        """The adapter's own first observation when its description says it has one (`extra.initial_observation`:
+        an OpenEnv class's reset observation, as a JSON object), else the prompt's text."""
+        if self.description.get("extra", {}).get("initial_observation"):
+            return await self.request("initial_observation")
+        value = super().initial_observation()
+        return await value if inspect.isawaitable(value) else value
 
     async def call_tool(self, name: str, arguments: Any) -> ToolOutput:
         value = await self._ask("call", tool=name, arguments=arguments)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from ors_server.app import create_app
 from ors_server.loading import LoadError, resolve_environments
@@ -150,7 +151,7 @@ def ors_call(http: httpx.Client, url: str, env: str, sid: str, name: str, argume
     return sse_end(response)
 
 
-def test_the_typed_environment_over_ors_is_one_step_tool(ours):
+def test_the_typed_environment_over_ors_and_the_control_plane_is_one_step_tool(ours):
     with httpx.Client(trust_env=False, timeout=60) as http:
         [step] = http.get(f"{ours}/guessenvironment/tools").json()["tools"]
         assert step["name"] == "step" and step["input_schema"]["properties"]["guess"]["maximum"] == 20
@@ -162,6 +163,9 @@ def test_the_typed_environment_over_ors_is_one_step_tool(ours):
         assert created.status_code == 200, created.text
         prompt = http.get(f"{ours}/guessenvironment/prompt", headers={"X-Session-ID": "guess-ors"}).json()
         assert json.loads(prompt[0]["text"]) == {"hint": "Guess a number from 1 to 20.", "tries_left": 5}
+        control = {"mcp-session-id": "guess-ors"}
+        initial = http.get(f"{ours}/guessenvironment/control/initial_state", headers=control).json()
+        assert initial == {"hint": "Guess a number from 1 to 20.", "tries_left": 5}  # the reset observation's fields
         miss = ors_call(http, ours, "guessenvironment", "guess-ors", "step", {"guess": 3})
         assert (miss["output"]["reward"], miss["output"]["finished"]) == (0.0, False)
         assert json.loads(miss["output"]["blocks"][0]["text"]) == {"hint": "higher", "tries_left": 4}
@@ -172,6 +176,8 @@ def test_the_typed_environment_over_ors_is_one_step_tool(ours):
         # After `done` the step still goes to the class, which answers it in its own words.
         after = ors_call(http, ours, "guessenvironment", "guess-ors", "step", {"guess": 7})
         assert json.loads(after["output"]["blocks"][0]["text"])["hint"] == "The episode is over."
+        status = http.get(f"{ours}/guessenvironment/control/status", headers=control).json()
+        assert (status["terminated"], status["step_count"], status["total_reward"]) == (True, 3, 1.0)
         assert http.post(f"{ours}/delete", headers={"X-Session-ID": "guess-ors"}).status_code == 200
 
 
@@ -232,3 +238,14 @@ def test_two_workers_serve_the_same_episodes(openenv_python, references, tmp_pat
         seen = side_by_side(openenv_python, references, server.url, tmp_path / "home", envs=("guess",))
     assert "raised" not in seen["b"]["guess"], seen["b"]["guess"]["raised"]
     assert seen["b"]["guess"] == seen["a"]["guess"]
+
+
+def test_a_class_without_concurrent_sessions_gets_a_process_per_session(openenv_python):
+    [solo] = resolve_environments([f"openenv:guess_env:SoloGuessEnvironment@{openenv_python}"], str(ENVS))
+    with TestClient(create_app([solo], Settings()), base_url="http://127.0.0.1") as client:
+        for sid in ("solo-1", "solo-2"):
+            body = {"env_name": "sologuessenvironment", "task_spec": {"target": 4}}
+            assert client.post("/create", json=body, headers={"X-Session-ID": sid}).status_code == 200
+            assert client.get("/sologuessenvironment/prompt", headers={"X-Session-ID": sid}).status_code == 200
+        assert solo.pool is not None and solo.pool.per_process == 1
+        assert len([host for host in solo.pool.hosts if host.dead is None]) == 2

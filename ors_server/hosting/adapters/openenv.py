@@ -252,6 +252,7 @@ class OpenEnvAdapter:
             "extra": {
                 "framework": "openenv",
                 "task_from_seed": True,
+                "initial_observation": True,
                 "kind": "mcp" if self.mcp else "typed",
                 "metadata": metadata_dump,
                 "schema": {
@@ -360,6 +361,11 @@ class OpenEnvAdapter:
     async def request(self, session, name, payload):
         if name == "reset_observation":
             return session.reset_payload
+        if name == "initial_observation":  # for the control plane's initial_state: the observation's fields
+            fields = dict(session.reset_payload["observation"])
+            if not fields.get("metadata"):
+                fields.pop("metadata", None)
+            return fields
         if name == "list_tools" and self.mcp:
             # A list_tools step goes to the class, as OpenEnv's server sends it (the class may count it).
             action = self.framework.mcp_types.ListToolsAction()

@@ -70,3 +70,9 @@ class GuessEnvironment(Environment[GuessAction, GuessObservation, GuessState]):
     @property
     def state(self) -> GuessState:
         return self._state
+
+
+class SoloGuessEnvironment(GuessEnvironment):
+    """The same game, from a class that does not declare concurrent sessions (OpenEnv would serve one at a time)."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = False
