@@ -172,6 +172,15 @@ async def test_workers_are_spread_over_both_nodes_and_an_episode_crosses_every_f
             assert status.status_code == 200
         metrics = (await http.get("/metrics")).text
         assert 'worker="0"' in metrics and 'worker="1"' in metrics
+        # Both workers, one per node, record into the one records file the deployment was given (the tests'
+        # $ORS_RECORDS, made absolute by the CLI); any worker answers /episodes through the front.
+        with anyio.fail_after(30):
+            while True:
+                listed = {e["id"]: e for e in (await http.get("/episodes", params={"limit": 500})).json()["episodes"]}
+                if all(sid in listed and listed[sid]["steps"] == 2 for sid in sids):
+                    break
+                await anyio.sleep(0.1)
+        assert {listed[sid]["face"] for sid in sids} == {"ors"}
 
 
 async def test_an_environment_module_reaches_every_worker_through_the_runtime_env(deployed):
