@@ -10,8 +10,9 @@
 
 Steps still run through the call pipeline (limits, timeouts, records, metrics), and every step reaches the class,
 after `done` too (the description says `calls_after_finish`). What differs from OpenEnv's server: each reset builds
-a new instance of the class (OpenEnv resets the socket's one instance), and JSON-RPC `tools/call` runs as a step
-of the episode, so its reward and `done` are recorded (OpenEnv calls the tool directly).
+a new instance of the class (OpenEnv resets the socket's one instance), a session's first episode is reset with
+`reset()`'s defaults as it opens (so a step before any reset frame plays it), and JSON-RPC `tools/call` runs as a
+step of the episode, so its reward and `done` are recorded (OpenEnv calls the tool directly).
 """
 
 from __future__ import annotations
