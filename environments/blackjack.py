@@ -19,6 +19,7 @@ class Blackjack(GymEnvironment):
     tool_name = "blackjack_move"
     tool_description = "Play your Blackjack hand. Actions: STICK, HIT. Returns the new observation."
     action_names = {"STICK": 0, "HIT": 1}
+    step_inline = True  # a toy-text step takes microseconds: the thread hop would be most of a call
     task_defaults = {"natural": False, "sab": False}
     example_config = {"game": "Blackjack", "natural": False, "sab": False}
 

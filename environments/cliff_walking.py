@@ -19,6 +19,7 @@ class CliffWalking(GymEnvironment):
     tool_name = "cliff_move"
     tool_description = "Move on the cliff grid. Actions: UP, RIGHT, DOWN, LEFT. Returns the new observation."
     action_names = {"UP": 0, "RIGHT": 1, "DOWN": 2, "LEFT": 3}
+    step_inline = True  # a toy-text step takes microseconds: the thread hop would be most of a call
     example_config = {"game": "CliffWalking"}
 
     @classmethod

@@ -21,6 +21,7 @@ class FrozenLake(GymEnvironment):
     tool_name = "lake_move"
     tool_description = "Move on the frozen lake. Actions: LEFT, DOWN, RIGHT, UP. Returns the new observation."
     action_names = {"LEFT": 0, "DOWN": 1, "RIGHT": 2, "UP": 3}
+    step_inline = True  # a toy-text step takes microseconds: the thread hop would be most of a call
     task_defaults = {"map_name": "4x4"}
     example_config = {"game": "FrozenLake", "map_name": "4x4"}
 
@@ -33,10 +34,19 @@ class FrozenLake(GymEnvironment):
     def observe(self, obs: Any) -> dict[str, Any]:
         assert self.env is not None
         position = int(obs)
-        rows = [[cell.decode() for cell in row] for row in self.env.unwrapped.desc]  # type: ignore[attr-defined]
+        rows = self._map_rows(self.env)
         row, col = divmod(position, len(rows[0]))
-        rows[row][col] = "x"
-        return {"position": position, "grid": "\n".join("".join(cells) for cells in rows)}
+        marked = rows[row][:col] + "x" + rows[row][col + 1 :]
+        return {"position": position, "grid": "\n".join([*rows[:row], marked, *rows[row + 1 :]])}
+
+    def _map_rows(self, env: Any) -> list[str]:
+        """The map's rows as text, read once per env: decoding the numpy map cell by cell on every step was
+        most of a move's cost."""
+        cached = self.__dict__.get("_rows")
+        if cached is None or cached[0] is not env:
+            desc = env.unwrapped.desc
+            cached = self.__dict__["_rows"] = (env, [b"".join(row).decode() for row in desc.tolist()])
+        return cached[1]
 
     def instructions(self) -> str:
         size = 8 if "8x8" in str(self.task_spec.get("map_name", "4x4")) else 4

@@ -130,6 +130,10 @@ class GymEnvironment(Environment):
     of Eval Protocol's example dataset rows."""
     train_size: ClassVar[int] = 1_000_000
     test_size: ClassVar[int] = 1_000
+    step_inline: ClassVar[bool] = False
+    """Step the env on the event loop rather than on a tool thread: for envs whose step takes microseconds (the
+    toy-text games), where the thread hop is most of a call's cost. The loop waits for each step, and
+    `--tool-timeout` cannot stop one, so leave it off for any env whose step may take longer."""
 
     actions: ClassVar[dict[str, int]]
     """The normalized (upper-case) action names -> gymnasium actions (read-only)."""
@@ -141,13 +145,15 @@ class GymEnvironment(Environment):
         cls.actions = {str(name).strip().upper(): action for name, action in pairs}
         # The tool's name is a class attribute, so it cannot come from a `@tool` decorator; register the one
         # action tool as an explicit entry instead (a subclass renaming it replaces the inherited entry).
-        tools = {name: t for name, t in cls.tools.items() if t.function is not GymEnvironment._act}
+        action_tools = (GymEnvironment._act, GymEnvironment._act_inline)
+        tools = {name: t for name, t in cls.tools.items() if t.function not in action_tools}
         if cls.tool_name in tools:
             raise TypeError(f"{cls.__name__} has a @tool named '{cls.tool_name}', the name of its action tool")
         description = cls.tool_description or (
             f"Take one action in the environment. Actions: {', '.join(cls.actions)}. Returns the new observation."
         )
-        tools[cls.tool_name] = ToolDef(cls.tool_name, description, action_model(cls.actions), GymEnvironment._act)
+        act = GymEnvironment._act_inline if cls.step_inline else GymEnvironment._act
+        tools[cls.tool_name] = ToolDef(cls.tool_name, description, action_model(cls.actions), act)
         cls.tools = tools
 
     def __init__(self, task_spec: dict[str, Any] | None = None, secrets: dict[str, str] | None = None) -> None:
@@ -267,6 +273,11 @@ class GymEnvironment(Environment):
     def get_prompt(self) -> Blocks:
         observation = json.dumps(self.initial_observation(), separators=(",", ":"))
         return [TextBlock(text=f"{self.instructions()}\n\nInitial observation:\n{observation}")]
+
+    async def _act_inline(self, params: ActionInput) -> ToolOutput:
+        """The action tool of a `step_inline` env: the same step, on the event loop (a coroutine function is run
+        there by the call pipeline)."""
+        return self._act(params)
 
     def _act(self, params: ActionInput) -> ToolOutput:
         """Registered as the action tool under `tool_name` (see `__init_subclass__`)."""

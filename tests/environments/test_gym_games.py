@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -333,3 +334,35 @@ def test_a_subclass_renaming_the_tool_replaces_the_inherited_one() -> None:
         tool_name = "move"
 
     assert list(Lake.tools) == ["move"] and list(FrozenLake.tools) == ["lake_move"]
+
+
+class ThreadNoting(FrozenLake):
+    """FrozenLake noting the thread each step ran on."""
+
+    name = "thread_noting"
+    step_inline = False
+    threads: list[str] = []
+
+    def observe(self, obs: Any) -> dict[str, Any]:
+        ThreadNoting.threads.append(threading.current_thread().name)
+        return super().observe(obs)
+
+
+class InlineThreadNoting(ThreadNoting):
+    name = "inline_thread_noting"
+    step_inline = True
+
+
+@pytest.mark.parametrize(("env_cls", "on_loop"), [(ThreadNoting, False), (InlineThreadNoting, True)])
+async def test_a_step_inline_env_steps_on_the_event_loop_and_others_on_tool_threads(
+    env_cls: type[ThreadNoting], on_loop: bool
+) -> None:
+    async with episode(env_cls, {"seed": 42}) as (store, session):
+        ThreadNoting.threads.clear()  # setup observed the start on a lifecycle thread
+        observation, _ = await step(store, session, "DOWN")
+    assert observation["action"] == "DOWN"
+    assert (ThreadNoting.threads == [threading.current_thread().name]) is on_loop, ThreadNoting.threads
+
+
+def test_the_toy_text_games_step_inline() -> None:
+    assert FrozenLake.step_inline and Blackjack.step_inline and CliffWalking.step_inline
