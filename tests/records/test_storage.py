@@ -127,3 +127,18 @@ def test_the_calls_of_a_codeact_step_are_recorded_before_the_step(tmp_path: Path
     assert inner["step"] == last["step"] and "step" not in step
     assert inner["arguments"] == {"by": 2} and step["arguments"] == {"code": code}
     assert record["reward"] == 1.5 and record["finished"] is True
+
+
+def test_reaped_and_failed_setup_episodes_end_saying_so(tmp_path: Path) -> None:
+    from tests.ors_envs import FailingSetup
+
+    app = create_app([Counter, FailingSetup], Settings(records=str(tmp_path / "ends.db"), session_timeout=0.5))
+    with serve(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        client.post("/create", headers={"X-Session-ID": "idle"}, json={"env_name": "counter", "task_spec": {}})
+        secret = {"TOKEN": "setup-secret-1"}
+        body = {"env_name": FailingSetup.name, "task_spec": {}, "secrets": secret}
+        assert client.post("/create", headers={"X-Session-ID": "broken"}, json=body).status_code == 200
+        reaped = ended(client, "idle")
+        failed = ended(client, "broken")
+    assert reaped["end_reason"] == "reaped"
+    assert failed["end_reason"] == "setup_failed" and failed["prompt"] is None
