@@ -78,7 +78,7 @@ def create_app(
                 # Outside the store: the episodes its shutdown ends are written before the recorder stops.
                 await stack.enter_async_context(recorder.run())
             # Host pools outlive the store: its sessions are torn down (in their host processes) before they close.
-            await stack.enter_async_context(hosting.pools(environments, settings))
+            await stack.enter_async_context(hosting.pools(environments, settings, store))
             await stack.enter_async_context(store.run())
             for face in faces_table.faces:
                 if face.lifespan is not None:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 
 from ors_server.environment import Environment
 from ors_server.hosting.environment import HostedEnvironment, HostedOutput, HostedTool, Refusal, hosted_class
 from ors_server.hosting.pool import HostPool
-from ors_server.hosting.process import HostError, HostFailed, HostSpec, describe_once, parse_python
+from ors_server.hosting.process import HostError, HostFailed, HostProcess, HostSpec, describe_once, parse_python
+from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
 FRAMEWORKS: dict[str, str] = {
@@ -78,14 +79,36 @@ def load(prefix: str, rest: str, app_dir: str | None = None) -> type[HostedEnvir
 
 
 @asynccontextmanager
-async def pools(environments: Sequence[type[Environment]], settings: Settings) -> AsyncIterator[None]:
+async def pools(
+    environments: Sequence[type[Environment]], settings: Settings, store: SessionStore | None = None
+) -> AsyncIterator[None]:
     """Run a host pool for every hosted environment among `environments` until the block ends (then kill every
-    process they started). Enter it outside the session store's run, so sessions are torn down before it closes."""
+    process they started). Enter it outside the session store's run, so sessions are torn down before it closes.
+    With `store`, the sessions of a process that dies end at once (`SessionStore.lose`), not at their next call."""
     async with AsyncExitStack() as stack:
         for env_cls in environments:
             if issubclass(env_cls, HostedEnvironment):
                 await stack.enter_async_context(_serving(env_cls, settings))
+                if store is not None:
+                    stack.enter_context(_ending_sessions(env_cls, store))
         yield
+
+
+@contextmanager
+def _ending_sessions(env_cls: type[HostedEnvironment], store: SessionStore) -> Iterator[None]:
+    def ended(host: HostProcess) -> None:
+        for session in store.sessions():
+            env = session.env
+            if isinstance(env, HostedEnvironment) and env.host is host and env.lost is None:
+                env.lost = f"the host process of {host.spec.label} ended: {host.dead}"
+                store.lose(session, env.lost)
+
+    pool = env_cls._pool()
+    pool.on_end.append(ended)
+    try:
+        yield
+    finally:
+        pool.on_end.remove(ended)
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ thread that never returns). Closing the pool kills every process it started.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -35,6 +35,8 @@ class HostPool:
         self._lock = anyio.Lock()
         self._group: anyio.abc.TaskGroup | None = None
         self._closing = False
+        self.on_end: list[Callable[[HostProcess], None]] = []
+        """Called with a process that ended on its own (died, or broke the protocol), before it is forgotten."""
         self.per_process = min(settings.host_sessions, per_process or settings.host_sessions)
         """Sessions per process: `--host-sessions`, or fewer when the class says so (an OpenEnv class that does
         not declare `SUPPORTS_CONCURRENT_SESSIONS` gets a process per session)."""
@@ -140,10 +142,15 @@ class HostPool:
             self.hosts.remove(host)
             if started and not self._closing and not (host.retired and host.sessions <= 0):
                 logger.warning(
-                    "host process %d (pid %d) of %s ended: %s; its %d sessions end at their next call",
+                    "host process %d (pid %d) of %s ended: %s; its %d sessions end",
                     host.number,
                     host.pid,
                     self.spec.label,
                     host.dead,
                     host.sessions,
                 )
+                for listener in self.on_end:
+                    try:
+                        listener(host)
+                    except Exception:
+                        logger.exception("ending the sessions of host process %d failed", host.number)
