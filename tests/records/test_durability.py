@@ -101,3 +101,6 @@ def test_workers_record_to_one_file_the_front_reads_it_and_a_lost_workers_episod
                 timeout=60,
             )
             assert all(ended[sid]["status"] == "live" for sid in sids if sid not in gone)
+            # The events of an ended episode replay through the front too: its call, then its end.
+            replay = client.get(f"/episodes/{gone[0]}/events").text
+            assert replay.count("event: call") == 1 and "worker_lost" in replay.split("event: end", 1)[1]
