@@ -107,6 +107,8 @@ from ors_server.types import Blocks, ImageBlock, TextBlock, ToolOutput
 logger = logging.getLogger("ors_server.mcp")
 
 SESSION_HEADER = "mcp-session-id"
+STREAMED_SCOPE_KEY = "ors.streamed"
+"""ASGI scope key of a request that asked for progress and is answered as an event stream."""
 EPISODE_SCOPE_KEY = "ors.episode"
 """ASGI scope key of an `initialize` request whose episode was named before the SDK answers it."""
 KEY_HEADER = "x-session-id"
@@ -269,6 +271,13 @@ def _request_id(body: bytes) -> Any:
     return message.get("id") if isinstance(message, dict) else None
 
 
+def _parsed(body: bytes) -> Any:
+    try:
+        return wirejson.loads(body)
+    except wirejson.MalformedJson:
+        return None  # the transport answers the parse error
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     sent = False
 
@@ -357,6 +366,16 @@ class McpFace:
             max_request_body_size=settings.max_body_bytes,
             max_sessions=settings.max_sessions,
         )
+        # A request of a 2025 protocol session that asks for progress the same way is answered by a stateless SSE
+        # transport of its own: the session's transport answers in JSON, which has no room for notifications.
+        # Our handlers find the episode by the request's `mcp-session-id` (`_binding`), not by the SDK session.
+        self.session_streaming_manager = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=False,
+            stateless=True,
+            security_settings=_security(),
+            max_request_body_size=settings.max_body_bytes,
+        )
         # Behind a front, transport ids carry the worker's tag (the SDK mints them untagged).
         self.tag = worker_tag(settings.worker_tag)
         self.transport = tagged_transport(self.manager.handle_request, self.tag)
@@ -375,7 +394,12 @@ class McpFace:
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[McpFace]:
-        async with self.manager.run(), self.streaming_manager.run(), anyio.create_task_group() as task_group:
+        async with (
+            self.manager.run(),
+            self.streaming_manager.run(),
+            self.session_streaming_manager.run(),
+            anyio.create_task_group() as task_group,
+        ):
             task_group.start_soon(self._sweep_forever)
             try:
                 yield self
@@ -397,7 +421,9 @@ class McpFace:
         except wirejson.MalformedJson:
             message = None  # the transport answers the parse error
         if not (isinstance(message, dict) and message.get("method") == "initialize"):
-            transport = self.streaming if _wants_progress(message, scope) else self.transport
+            transport = self.transport
+            if _wants_progress(message, scope):
+                transport, scope[STREAMED_SCOPE_KEY] = self.streaming, True
             await transport(scope, _replay(body, receive), send)
             return
         extra = _object(_object(_object(message.get("params")).get("clientInfo")).get("_extra"))
@@ -553,6 +579,12 @@ class McpFace:
         status = 0
         body: list[bytes] = []
         cut = False
+        transport = self.transport
+        if binding is not None and scope["method"] == "POST":
+            whole = await _read_body(receive)
+            receive = _replay(whole, receive)
+            if b"progressToken" in whole and _wants_progress(_parsed(whole), scope):
+                transport, scope[STREAMED_SCOPE_KEY] = self.session_streaming_manager.handle_request, True
 
         async def read() -> Message:
             message = await receive()
@@ -574,7 +606,7 @@ class McpFace:
                 await _send_error(scope, send, gone, _request_id(b"".join(body)))
 
         try:
-            await self.transport(scope, read, watch)
+            await transport(scope, read, watch)
         except anyio.ClosedResourceError:
             # The transport was closed (a DELETE) while this request was in flight.
             if status == 0:
@@ -682,8 +714,9 @@ class McpFace:
 
         Reports come from the tool's thread, so they cross to the event loop through a bounded buffer; a client
         slower than the tool loses reports (each is a snapshot; the result never waits for them). A 2026-07-28
-        request gets them on its own response stream; a 2025 protocol session, whose requests are answered in
-        JSON, on its standalone stream (the GET the client keeps open), where the client matches them by token.
+        request that accepts an event stream gets them on its own response stream, in either era (see `open` and
+        `forward`); one answered in JSON, on its session's standalone stream (the GET the client keeps open), where
+        the client matches them by token.
         """
         loop = asyncio.get_running_loop()
         sender, receiver = anyio.create_memory_object_stream[Progress](PROGRESS_BUFFER)
@@ -696,9 +729,10 @@ class McpFace:
             with contextlib.suppress(RuntimeError):  # the loop has closed (shutdown): nobody to tell
                 loop.call_soon_threadsafe(offer, report)
 
+        # On the request's own event stream when it is answered by one; else on the session's standalone stream.
         request = ctx.request
-        legacy = request is not None and request.headers.get(SESSION_HEADER) is not None
-        related = None if legacy or ctx.request_id is None else str(ctx.request_id)
+        streamed = request is not None and request.scope.get(STREAMED_SCOPE_KEY) is True
+        related = str(ctx.request_id) if streamed and ctx.request_id is not None else None
 
         async def forward() -> None:
             async with receiver:
@@ -817,7 +851,7 @@ def _progress_token(ctx: ServerRequestContext[Any, Any]) -> str | int | None:
 
 
 def _wants_progress(message: Any, scope: Scope) -> bool:
-    """A sessionless POST whose request carries a progress token and whose client accepts an event stream."""
+    """A request that carries a progress token from a client that accepts an event stream."""
     params = message.get("params") if isinstance(message, dict) else None
     meta = params.get("_meta") if isinstance(params, dict) else None
     if not (isinstance(meta, dict) and meta.get("progressToken") is not None):

@@ -156,5 +156,48 @@ async def test_a_current_era_call_streams_only_when_it_carries_a_progress_token(
     assert '"progressToken":"tok"' in streamed.text and '"id":7' in streamed.text
 
 
+async def test_a_2025_session_call_with_a_progress_token_is_answered_as_its_own_event_stream(base: str) -> None:
+    """Its notifications come on the call's own response, before the result, as the 2025 specification has them;
+    the session's other requests stay single JSON answers."""
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    url = f"{base}/long/mcp/episodes/{_episode(base)}"
+    async with httpx.AsyncClient(timeout=30) as http:
+        opened = await http.post(url, json=hello, headers=headers)
+        assert opened.status_code == 200, opened.text
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await http.post(url, json=initialized, headers=session)).status_code == 202
+
+        def call(request_id: int, meta: dict[str, object]) -> dict[str, object]:
+            params = {"name": "steps", "arguments": {}, "_meta": meta}
+            return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+        plain = await http.post(url, json=call(2, {}), headers=session)
+        streamed = await http.post(url, json=call(3, {"progressToken": "tok"}), headers=session)
+    assert plain.headers["content-type"].startswith("application/json"), plain.text
+    assert streamed.headers["content-type"].startswith("text/event-stream"), streamed.text
+    assert streamed.text.count('"method":"notifications/progress"') == STEPS
+    assert streamed.text.index('"progressToken":"tok"') < streamed.text.index('"id":3')
+    assert '"structuredContent":{"reward":1.0' in streamed.text.replace(" ", "")
+
+
+async def test_a_2025_client_gets_every_report_of_a_fast_tool(base: str) -> None:
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    async with Client(f"{base}/long/mcp/episodes/{_episode(base)}", mode="legacy") as client:
+        result = await client.call_tool("steps", {}, progress_callback=on_progress)
+    assert result.structured_content == {"reward": 1.0, "finished": False}
+    assert seen == [float(done) for done in range(1, STEPS + 1)]
+
+
 def test_report_progress_outside_a_tool_call_does_nothing() -> None:
     Long().report_progress(1, 2, "nobody listens")
