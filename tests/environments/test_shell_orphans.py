@@ -61,7 +61,8 @@ def test_a_starting_server_removes_what_a_killed_one_left_and_nothing_of_a_live_
             before = shell_dirs()
             sid = create(client, {"id": "hello_file"}, env_name="shell")
             assert client.get("/shell/prompt", headers=sid_header(sid)).status_code == 200  # set up by now
-            left = shell_dirs() - before
+            # Only the killed server's own: other tests' servers (pytest-xdist workers) make theirs meanwhile.
+            left = {path for path in shell_dirs() - before if path.name.startswith(f"ors-shell-{killed.pid}.")}
             killed.send_signal(signal.SIGKILL)
             killed.wait(timeout=30)
         assert left and all(path.exists() for path in left)  # what SIGKILL leaves behind

@@ -118,9 +118,9 @@ def deployment(
         output.close()
 
 
-def wait_healthy(running: Deployment) -> None:
+def wait_healthy(running: Deployment, within: float = START_TIMEOUT) -> None:
     # An external process gives no event to wait on: poll its health, bounded.
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if running.process.poll() is not None:
             raise AssertionError(f"the deployment exited at start:\n{running.log_tail()}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -47,6 +48,7 @@ RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
 }
+RAY_START_TIMEOUT = 240.0
 NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
 
 
@@ -65,6 +67,8 @@ def ray_pids(cluster: Any) -> list[int]:
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment]:
     saved = {name: os.environ.get(name) for name in RAY_ENV}
+    # The head node installs a SIGTERM handler in this process that outlives `cluster.shutdown()`: put ours back.
+    sigterm = signal.getsignal(signal.SIGTERM)
     os.environ.update(RAY_ENV)  # the cluster's processes (and so the worker actors) inherit these
     cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     pids: list[int] = []
@@ -85,12 +89,16 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
             process = subprocess.Popen(command, env=driver, stdout=output, stderr=subprocess.STDOUT, cwd=project)
         front = Deployment(f"http://127.0.0.1:{port}", process, log)
         try:
-            wait_healthy(front)
+            # Its workers are Ray actors, started after the cluster's own processes: on a machine busy with the
+            # rest of the suite (pytest-xdist workers) that takes longer than a local deployment's bound.
+            wait_healthy(front, within=RAY_START_TIMEOUT)
             yield RayDeployment(front, cluster, worker_node)
         finally:
             stop(process)
     finally:
         cluster.shutdown()
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
