@@ -57,6 +57,7 @@ class RayDeployment:
     front: Deployment
     cluster: Any
     worker_node: Any
+    project: Path  # the front's working directory: the module shipped to the nodes
 
 
 def ray_pids(cluster: Any) -> list[int]:
@@ -92,7 +93,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
             # Its workers are Ray actors, started after the cluster's own processes: on a machine busy with the
             # rest of the suite (pytest-xdist workers) that takes longer than a local deployment's bound.
             wait_healthy(front, within=RAY_START_TIMEOUT)
-            yield RayDeployment(front, cluster, worker_node)
+            yield RayDeployment(front, cluster, worker_node, project)
         finally:
             stop(process)
     finally:
@@ -133,9 +134,13 @@ def second_front(deployed: RayDeployment, tmp_path: Path) -> Iterator[Deployment
     port = free_port()
     log = tmp_path / "front-2.log"
     command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--workers", "2"]
-    command += ["--ray", deployed.cluster.address, "--env", COUNTER, "--log-level", "warning"]
+    # The deployment's own --env flags (a front asking for others is refused), from the directory it ships.
+    command += ["--ray", deployed.cluster.address, "--env", COUNTER, "--env", "guessing:Guess"]
+    command += ["--log-level", "warning"]
+    command += ["--ray-runtime-env", json.dumps({"working_dir": ".", "env_vars": {"GUESS_SHIPPED": "1"}})]
     with log.open("wb") as output:
-        process = subprocess.Popen(command, env=os.environ.copy(), stdout=output, stderr=subprocess.STDOUT)
+        driver = {**os.environ, "GUESS_SHIPPED": "1"}
+        process = subprocess.Popen(command, env=driver, stdout=output, stderr=subprocess.STDOUT, cwd=deployed.project)
     front = Deployment(f"http://127.0.0.1:{port}", process, log)
     try:
         wait_healthy(front)
