@@ -38,6 +38,28 @@ def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def sockets_to(pid: int, client_port: int) -> int:
+    """How many of `pid`'s descriptors are TCP connections from `client_port` (the process's count of descriptors
+    alone moves with its pooled connections to the worker, which other requests open and close meanwhile)."""
+    inodes = set()
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                if fields[9] in inodes and int(fields[2].rsplit(":", 1)[1], 16) == client_port:
+                    found += 1
+    return found
+
+
 def sessions(url: str) -> tuple[float, float]:
     """(live sessions, sessions deleted) summed over the workers, from the front's merged /metrics."""
     live = deleted = 0.0
@@ -57,16 +79,17 @@ def test_a_client_that_floods_an_openenv_socket_and_drops_leaves_no_session_and_
         assert sessions(front.url) == (0, 0)
         before = fds(pid)
         sock = open_websocket(front.url, "/openenv/ws")
+        client_port = sock.getsockname()[1]
         step = frame(0x1, json.dumps(NOTE).encode())
         flooded = flood(sock, step * 20, seconds=5, most=256 * 1024 * 1024)
         during = fds(pid)
         assert sessions(front.url)[0] == 1
+        assert sockets_to(pid, client_port) == 1
         sock.close()  # dropped, with unread replies: a reset
         deadline = time.monotonic() + 30
-        # A pooled connection to the worker may close meanwhile: fewer descriptors than before is no leak.
-        while (fds(pid) > before or sessions(front.url) != (0, 1)) and time.monotonic() < deadline:
+        while (sockets_to(pid, client_port) or sessions(front.url) != (0, 1)) and time.monotonic() < deadline:
             time.sleep(0.5)  # another process gives no event to wait on
-        after, left = fds(pid), sessions(front.url)
+        after, left, kept = fds(pid), sessions(front.url), sockets_to(pid, client_port)
     print(f"flood then drop: sent {flooded.sent / 2**20:.1f} MiB; front fds {before} -> {during} -> {after}")
     assert left == (0, 1), f"live and deleted sessions after the drop: {left}"
-    assert after <= before
+    assert kept == 0, "the front still holds the dropped client's connection"
