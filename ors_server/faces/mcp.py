@@ -347,35 +347,27 @@ class McpFace:
         # No tool declares `x-mcp-header` parameters, so there are no `Mcp-Param-*` headers to check: without
         # this the SDK would list the tools again (setting an episode up) before every 2026-07-28 tools/call.
         self.server.get_tool_input_schema = _no_header_parameters
-        self.manager = StreamableHTTPSessionManager(
-            app=self.server,
-            json_response=True,
-            security_settings=_security(),
-            session_idle_timeout=settings.session_timeout,
-            max_request_body_size=settings.max_body_bytes,
-            max_sessions=settings.max_sessions,
-        )
+
+        def manager(*, json_response: bool, stateless: bool = False) -> StreamableHTTPSessionManager:
+            return StreamableHTTPSessionManager(
+                app=self.server,
+                json_response=json_response,
+                stateless=stateless,
+                security_settings=_security(),
+                session_idle_timeout=settings.session_timeout,
+                max_request_body_size=settings.max_body_bytes,
+                max_sessions=settings.max_sessions,
+            )
+
+        self.manager = manager(json_response=True)
         # A 2026-07-28 request that asks for progress (`_meta.progressToken`, and accepts SSE) is answered by
         # the SDK's SSE mode instead: JSON still if the handler sends nothing before it ends, else an event
         # stream with the notifications, then the result. It keeps no protocol sessions of its own.
-        self.streaming_manager = StreamableHTTPSessionManager(
-            app=self.server,
-            json_response=False,
-            security_settings=_security(),
-            session_idle_timeout=settings.session_timeout,
-            max_request_body_size=settings.max_body_bytes,
-            max_sessions=settings.max_sessions,
-        )
+        self.streaming_manager = manager(json_response=False)
         # A request of a 2025 protocol session that asks for progress the same way is answered by a stateless SSE
         # transport of its own: the session's transport answers in JSON, which has no room for notifications.
         # Our handlers find the episode by the request's `mcp-session-id` (`_binding`), not by the SDK session.
-        self.session_streaming_manager = StreamableHTTPSessionManager(
-            app=self.server,
-            json_response=False,
-            stateless=True,
-            security_settings=_security(),
-            max_request_body_size=settings.max_body_bytes,
-        )
+        self.session_streaming_manager = manager(json_response=False, stateless=True)
         # Behind a front, transport ids carry the worker's tag (the SDK mints them untagged).
         self.tag = worker_tag(settings.worker_tag)
         self.transport = tagged_transport(self.manager.handle_request, self.tag)
