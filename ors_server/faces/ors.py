@@ -197,13 +197,18 @@ class ProgressReports:
 
     def __init__(self) -> None:
         self._reports: deque[Progress] = deque(maxlen=PROGRESS_KEPT)
-        self._arrived = anyio.Event()
+        self._arrived: anyio.Event | None = None
+        """Made only while a streamed call waits (most calls end in one answer and never wait on it)."""
         self._loop = asyncio.get_running_loop()
 
     def __call__(self, report: Progress) -> None:  # any thread
         self._reports.append(report)
         with contextlib.suppress(RuntimeError):  # the loop has closed (shutdown): nobody to tell
-            self._loop.call_soon_threadsafe(self._arrived.set)
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        if self._arrived is not None:
+            self._arrived.set()
 
     def events(self) -> list[ServerSentEvent]:
         """The reports not yet sent, as events."""
@@ -212,22 +217,24 @@ class ProgressReports:
             report = self._reports.popleft()
             data = {"progress": report.done, "total": report.total, "message": report.message}
             events.append(sse.event("progress", sse.to_json(data)))
-        if self._arrived.is_set():
-            self._arrived = anyio.Event()
         return events
 
     async def next_or_end(self, running: ToolCall) -> None:
         """Wait until a report arrives or the call ends."""
         if self._reports:
             return
-        async with anyio.create_task_group() as waiting:
+        arrived = self._arrived = anyio.Event()  # a report appended from here on wakes it (`_wake` runs after)
+        try:
+            async with anyio.create_task_group() as waiting:
 
-            async def until(wait: Callable[[], Awaitable[Any]]) -> None:
-                await wait()
-                waiting.cancel_scope.cancel()
+                async def until(wait: Callable[[], Awaitable[Any]]) -> None:
+                    await wait()
+                    waiting.cancel_scope.cancel()
 
-            waiting.start_soon(until, running.wait)
-            waiting.start_soon(until, self._arrived.wait)
+                waiting.start_soon(until, running.wait)
+                waiting.start_soon(until, arrived.wait)
+        finally:
+            self._arrived = None
 
 
 def render_result(result: CallResult) -> list[ServerSentEvent]:
