@@ -5,6 +5,10 @@
 `/counter/call` reads and parses the body and answers the bytes our `/call` sends, as one plain response.
 `/stream/call` and `/sse/call` send the same events through `StreamingResponse` and sse-starlette's
 `EventSourceResponse`, to price the response classes (see PROFILE.md).
+
+So that a real ORS client can drive it (bench/run.py workload u), it also answers the session endpoints in our
+server's shapes (`/counter/tasks`, `/counter/tools`, `/create_session`, `/create`, `/ping`, `/delete`, `/delete_session`), keeping
+nothing: every id is accepted.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import uuid
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -55,9 +59,42 @@ async def sse(request: Request) -> Response:
     return EventSourceResponse(items(), ping=10, sep="\r\n", headers=HEADERS)
 
 
+async def tasks(request: Request) -> Response:
+    return JSONResponse({"tasks": [{"start": 0}], "env_name": "counter"})
+
+
+async def tools(request: Request) -> Response:
+    tick = {"name": "tick", "description": "Add one to the counter.", "input_schema": {"type": "object"}}
+    return JSONResponse({"tools": [tick]})
+
+
+async def create_session(request: Request) -> Response:
+    sid, ids = uuid.uuid4().hex, {"X-Client-Session-Ids": "accepted"}
+    if "text/event-stream" in request.headers.get("accept", ""):
+        body = f"event: task_id\r\ndata: {sid}\r\n\r\nevent: end\r\ndata: \r\n\r\n".encode()
+        return Response(body, media_type="text/event-stream", headers={**HEADERS, **ids})
+    return JSONResponse({"sid": sid}, headers=ids)
+
+
+async def session_reply(request: Request) -> Response:
+    await request.body()
+    return JSONResponse({"sid": request.headers.get("x-session-id", "")}, headers={"X-Session-Timeout": "900"})
+
+
+async def ping(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
 app = Starlette(
     routes=[
         Route("/counter/call", plain, methods=["POST"]),
+        Route("/counter/tasks", tasks, methods=["POST"]),
+        Route("/counter/tools", tools),
+        Route("/create_session", create_session, methods=["POST"]),
+        Route("/create", session_reply, methods=["POST"]),
+        Route("/ping", ping, methods=["POST"]),
+        Route("/delete", session_reply, methods=["POST"]),
+        Route("/delete_session", session_reply, methods=["POST"]),
         Route("/stream/call", streaming, methods=["POST"]),
         Route("/sse/call", sse, methods=["POST"]),
     ]

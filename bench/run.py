@@ -5,7 +5,10 @@ contenders are interleaved round by round (A B A B ...), and the table shows med
 reference servers run from their own venvs under `bench/.venvs/`, built on first use.
 
 Workloads:
-  a  ORS call path: 8 sessions calling a never-ending counter tool (ours, reference, bare-Starlette ceiling)
+  a  ORS call path: 8 sessions calling a never-ending counter tool (ours, reference, bare-Starlette ceiling),
+     from a minimal raw-HTTP load client: what the servers themselves cost
+  u  the same call path as a user's client sees it: 8 sessions of `ors-client`, and of `openreward`'s async client,
+     each from its own venv (bench/client_load.py), against ours and the ceiling
   b  whole ORS episodes: create_session, create, prompt, call (math submit), delete (ours, reference)
   c  Eval Protocol rollout steps on FrozenLake: tools/call + /control/reward + /control/status (ours, EP)
   d  memory: RSS of our server holding 10,000 idle math sessions
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -40,6 +44,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wsload  # noqa: E402
 from loadgen import Conn, Op, Result, Setup, run  # noqa: E402
+
+from client import run_client  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / "bench" / ".venvs"
@@ -334,9 +340,19 @@ def sample(result: Result, label: str = "op") -> Sample:
     return Sample(result.rate, result.pct(label, 0.5), result.pct(label, 0.99), result.pct(label, 1.0), result.errors)
 
 
-def load(port: int, workers: int, duration: float, setup, op) -> Result:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load(port: int, pid: int, workers: int, duration: float, setup, op) -> tuple[Result, float]:
+    """The load run's result and the server's CPU µs per operation in it (less noisy than rates on a shared
+    machine: it is what the server spent, whatever else ran)."""
     asyncio.run(run(HOST, port, workers, min(1.0, duration), setup, op))  # warm-up, discarded
-    return asyncio.run(run(HOST, port, workers, duration, setup, op))
+    before = cpu_seconds(pid)
+    result = asyncio.run(run(HOST, port, workers, duration, setup, op))
+    return result, 1e6 * (cpu_seconds(pid) - before) / max(result.rate * duration, 1)
 
 
 def plan(workload: str, contender: str, args: argparse.Namespace) -> tuple[int, Setup, Op]:
@@ -362,6 +378,8 @@ def plan(workload: str, contender: str, args: argparse.Namespace) -> tuple[int, 
 
 
 def measure_once(workload: str, contender: str, args: argparse.Namespace) -> Sample:
+    if workload == "u":
+        return user_client(contender, args)
     server = "ours-math" if workload == "d" else "ceiling" if workload == "r" else contender
     with serve(server, args) as (port, pid), profiled(server, pid, workload, args):
         if workload == "d":
@@ -369,8 +387,20 @@ def measure_once(workload: str, contender: str, args: argparse.Namespace) -> Sam
         if workload == "o":
             return sample(ws_load(port, OPENENV_PATHS[contender], args.workers, args.duration))
         workers, setup, op = plan(workload, contender, args)
-        result = load(port, workers, args.duration, setup, op)
-    return control_sample(result) if workload == "e" else sample(result)
+        result, server_cpu = load(port, pid, workers, args.duration, setup, op)
+    got = control_sample(result) if workload == "e" else sample(result)
+    got.extra["server_cpu_us"] = server_cpu
+    return got
+
+
+def user_client(contender: str, args: argparse.Namespace) -> Sample:
+    """Workload u: `args.workers` sessions of a real client (`SERVER+CLIENT`) calling `tick` back to back. The
+    client reports no latencies, only what it did and its own CPU time."""
+    server, client = contender.split("+")
+    with serve(server, args) as (port, _):
+        got = run_client(client, f"http://{HOST}:{port}", "calls", args.workers, args.duration)
+    cpu = 1e6 * got["cpu"] / max(got["done"], 1)
+    return Sample(got["done"] / got["seconds"], math.nan, math.nan, math.nan, got["errors"], {"client_cpu_us": cpu})
 
 
 def control_sample(result: Result) -> Sample:
@@ -457,6 +487,7 @@ def memory(port: int, pid: int, args: argparse.Namespace) -> Sample:
 RESPONSE_CLASS_PATHS = {"plain": "/counter/call", "streaming": "/stream/call", "sse-starlette": "/sse/call"}
 CONTENDERS = {
     "a": ["ours", "reference", "ceiling"],
+    "u": ["ours+ors-client", "ceiling+ors-client", "ours+openreward", "ceiling+openreward"],
     "b": ["ours", "reference"],
     "c": ["ours", "eval-protocol"],
     "d": ["ours"],
@@ -469,6 +500,7 @@ CONTENDERS = {
 }
 TITLES = {
     "a": "ORS call path, 8 sessions (calls/s)",
+    "u": "ORS call path from a user's client, 8 sessions (calls/s)",
     "b": "whole ORS episodes, 8 clients (episodes/s)",
     "c": "EP rollout steps on FrozenLake, 8 rollouts (steps/s)",
     "d": "memory, 10,000 idle math sessions (creates/s)",
@@ -479,8 +511,10 @@ TITLES = {
     "k": "ORS call path with episode records (SQLite) vs records off (calls/s)",
     "l": "whole ORS episodes with episode records (SQLite) vs records off (episodes/s)",
 }
-RATIOS = {"a": [("ours", "ceiling", 0.8), ("ours", "reference", None)], "b": [("ours", "reference", 2.0)]}
-RATIOS["c"] = [("ours", "eval-protocol", 3.0)]
+# The goals of issue 21 (a's against the ceiling as a user's client sees it: u).
+RATIOS = {"a": [("ours", "ceiling", None), ("ours", "reference", None)], "b": [("ours", "reference", 3.5)]}
+RATIOS["u"] = [("ours+ors-client", "ceiling+ors-client", 0.85), ("ours+openreward", "ceiling+openreward", 0.85)]
+RATIOS["c"] = [("ours", "eval-protocol", 4.0)]
 RATIOS["r"] = [("sse-starlette", "plain", None), ("streaming", "plain", None)]
 RATIOS["s"] = [("ours-async", "ours", None)]
 RATIOS["o"] = [("ours", "openenv", 3.0)]
@@ -510,18 +544,20 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=1.0, help="seconds to wait before reading RSS in d")
     parser.add_argument("--log-level", default="warning", help="our server's --log-level")
     parser.add_argument("--py-spy", action="store_true", help="profile our server during each run (top frames)")
+    parser.add_argument("--only", nargs="+", metavar="CONTENDER", help="run only these contenders (e.g. ours)")
     args = parser.parse_args()
 
-    samples: dict[str, dict[str, list[Sample]]] = {w: {c: [] for c in CONTENDERS[w]} for w in args.workloads}
+    contenders = {w: [c for c in CONTENDERS[w] if not args.only or c in args.only] for w in args.workloads}
+    samples: dict[str, dict[str, list[Sample]]] = {w: {c: [] for c in contenders[w]} for w in args.workloads}
     for workload in args.workloads:
         print(f"\n## ({workload}) {TITLES[workload]}", flush=True)
         for round_ in range(args.rounds):
-            for contender in CONTENDERS[workload]:
+            for contender in contenders[workload]:
                 s = measure_once(workload, contender, args)
                 samples[workload][contender].append(s)
                 extra = " ".join(f"{k}={v:.1f}" for k, v in s.extra.items())
                 print(
-                    f"  round {round_ + 1} {contender:14} {s.rate:8.1f}/s  p50 {s.p50:6.2f} ms  p99 {s.p99:6.2f} ms"
+                    f"  round {round_ + 1} {contender:18} {s.rate:8.1f}/s  p50 {s.p50:6.2f} ms  p99 {s.p99:6.2f} ms"
                     f"  max {s.worst:7.2f} ms  errors {s.errors}  {extra}",
                     flush=True,
                 )

@@ -15,7 +15,7 @@ A call is one object (`ToolCall`) with one owner, the pipeline, which takes it t
     observe     hand the finished call to every `Observer` (metrics; the episode records hang here too)
 
 Timeouts and overdue calls are accounted here only. An async tool is cancelled at its deadline. A sync tool
-cannot be stopped: its caller is answered `timeout` at the deadline (`_watch`) while its thread runs on,
+cannot be stopped: its caller is answered `timeout` at the deadline (`_overdue`) while its thread runs on,
 keeping its tool-thread slot and the episode's lock until it returns; meanwhile the call counts as overdue
 (`Episode.overdue`, `Session.overdue_calls`, `Calls.overdue`) and calls into that episode are refused.
 
@@ -25,6 +25,7 @@ disconnecting (ORS clients re-attach by `task_id`). Sessions, episodes and their
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -102,8 +103,8 @@ class ToolCall:
 
     Finished calls are kept for `call_linger` seconds, thousands of them at a high call rate, so a kept call is
     a few objects (its slots and its result): the garbage collector walks every one of them in each full
-    collection. So the call is its own `LazyEvent` (one object fewer, measurably): the event that wakes waiters
-    is made only if someone waits before the end, and dropped then; and its arguments are let go when it ends.
+    collection. So the call is its own event (one object fewer, measurably): a waiter's future is made only if
+    someone waits before the end, and dropped then; and its arguments are let go when it ends.
     """
 
     id: str
@@ -126,7 +127,7 @@ class ToolCall:
     """Told of each progress report of the running tool (from the tool's thread, or the event loop), when the
     face that started the call asked for them."""
     _progress_done: float = field(default=-math.inf, init=False, repr=False)
-    _ended: anyio.Event | None = field(default=None, init=False, repr=False)
+    _waiters: list[asyncio.Future[None]] | None = field(default=None, init=False, repr=False)
 
     def report_progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """A report of the running tool (`Environment.report_progress`): checked, and passed on if it grows."""
@@ -155,17 +156,42 @@ class ToolCall:
         self.result = result
         self.ended_at = time.monotonic()
         self.size = _result_chars(result)
-        if self._ended is not None:
-            self._ended.set()
-            self._ended = None
+        if self._waiters is not None:
+            for waiter in self._waiters:
+                _wake(waiter)
+            self._waiters = None
 
     async def wait(self) -> CallResult:
         if self.result is None:
-            if self._ended is None:
-                self._ended = anyio.Event()
-            await self._ended.wait()
+            await self._waiter()
         assert self.result is not None
         return self.result
+
+    async def wait_at_most(self, seconds: float) -> CallResult | None:
+        """The result, or None if the call is still running after `seconds`. A timer rather than a cancel scope:
+        every ORS call waits here (its answer is one response if the call ends quickly)."""
+        if self.result is None:
+            woken = self._waiter()
+            timer = woken.get_loop().call_later(seconds, _wake, woken)
+            try:
+                await woken
+            finally:
+                timer.cancel()
+        return self.result
+
+    def _waiter(self) -> asyncio.Future[None]:
+        waiter = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        elif len(self._waiters) > 8:  # a long call's stream waits once per keepalive: drop the timed-out waits
+            self._waiters = [w for w in self._waiters if not w.done()]
+        self._waiters.append(waiter)
+        return waiter
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # a waiter cancelled or timed out is done already
+        waiter.set_result(None)
 
 
 def wall_clock(monotonic: float) -> float:
@@ -472,21 +498,23 @@ class Calls:
         else:
             # The slot is taken here and given back only when the thread has returned, even past the timeout, so
             # hung tools can hold at most `tool_threads` threads.
-            slot, acquired = object(), False
+            slot = object()
             deadline = anyio.current_time() + timeout  # the timeout counts the wait for a thread too
-            with anyio.move_on_after(timeout):
-                await limiter.acquire_on_behalf_of(slot)
-                acquired = True
-            if not acquired:
-                raise _Overtime()  # no tool thread came free in time: the tool did not run
             try:
-                async with anyio.create_task_group() as watch:
-                    watch.start_soon(self._watch, call, deadline)
-                    try:
-                        output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
-                    finally:
-                        watch.cancel_scope.cancel()
+                limiter.acquire_on_behalf_of_nowait(slot)  # the usual case: a thread is free (no cancel scope)
+            except anyio.WouldBlock:
+                acquired = False
+                with anyio.move_on_after(timeout):
+                    await limiter.acquire_on_behalf_of(slot)
+                    acquired = True
+                if not acquired:
+                    raise _Overtime() from None  # no tool thread came free in time: the tool did not run
+            # A timer, not a watching task: it costs a few µs where a task group cost ~70 on every call.
+            watch = asyncio.get_running_loop().call_at(deadline, self._overdue, call)
+            try:
+                output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
             finally:
+                watch.cancel()
                 limiter.release_on_behalf_of(slot)
             if call.done:  # answered `timeout` already: the overdue thread ending
                 call.episode.overdue -= 1
@@ -504,10 +532,9 @@ class Calls:
             raise _Overtime()
         return output
 
-    async def _watch(self, call: ToolCall, deadline: float) -> None:
-        """At the deadline of a sync tool still running: answer its caller `timeout`, count it overdue, and
-        refuse the calls queued behind it."""
-        await anyio.sleep_until(deadline)
+    def _overdue(self, call: ToolCall) -> None:
+        """At the deadline of a sync tool still running (a timer on the event loop): answer its caller `timeout`,
+        count it overdue, and refuse the calls queued behind it."""
         episode, session = call.episode, call.session
         episode.overdue += 1
         session.overdue_calls += 1

@@ -395,11 +395,10 @@ class OrsFace:
             running = calls.start(session, body.name, body.input, face="ors", progress=reports)
         keepalive = store.settings.sse_keepalive
         # Most calls end within milliseconds: answer those in one response, and stream only the slow ones.
-        with anyio.move_on_after(min(FAST_ANSWER_WAIT, keepalive)):
-            await running.wait()
-        if running.result is not None:
+        result = await running.wait_at_most(min(FAST_ANSWER_WAIT, keepalive))
+        if result is not None:
             session.touch()
-            return sse.complete([sse.event("task_id", running.id), *reports.events(), *render_result(running.result)])
+            return sse.complete([sse.event("task_id", running.id), *reports.events(), *render_result(result)])
         return sse.stream(_stream_call(session, running, reports, keepalive))
 
 
