@@ -7,8 +7,8 @@
 `EventSourceResponse`, to price the response classes (see PROFILE.md).
 
 So that a real ORS client can drive it (bench/run.py workload u), it also answers the session endpoints in our
-server's shapes (`/counter/tasks`, `/counter/tools`, `/create_session`, `/create`, `/ping`, `/delete`, `/delete_session`), keeping
-nothing: every id is accepted.
+server's shapes (`/counter/tasks`, `/counter/tools`, `/create_session`, `/create`, `/ping`, `/delete`,
+`/delete_session`), keeping nothing: every id is accepted.
 """
 
 from __future__ import annotations
