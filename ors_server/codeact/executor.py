@@ -19,6 +19,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import Process
+import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ors_server.codeact.sandbox import SandboxMode, check_sandbox, launch
@@ -117,7 +118,9 @@ class Started:
     """A step's sandboxed process, started and waiting for its request (the child reads it before anything
     else), and the private directory of the bare mode."""
 
-    process: Process
+    process: subprocess.Popen[bytes]
+    channel: anyio.abc.SocketStream
+    """The protocol, both ways: one end of a Unix socket pair whose other end is the child's stdin and stdout."""
     workdir: Path
     sandbox: SandboxMode
     tmp_bytes: int
@@ -125,8 +128,12 @@ class Started:
     """Whether the child said it waits for its request (its interpreter has started)."""
 
     def __post_init__(self) -> None:
-        assert self.process.stdout is not None
-        self.reader = BufferedByteReceiveStream(self.process.stdout)
+        assert self.process.stderr is not None
+        self.stderr = self.process.stderr.fileno()
+        os.set_blocking(self.stderr, False)
+        self.stderr_kept = bytearray()
+        """The first `STDERR_KEEP` bytes the child wrote to its stderr."""
+        self.reader = BufferedByteReceiveStream(self.channel)
 
     async def wait_ready(self, max_bytes: int) -> None:
         """Read the child's first line, `{"ready": true}`; raises `ProtocolError` for anything else, and the
@@ -135,12 +142,25 @@ class Started:
             raise ProtocolError("a first message that is not 'ready'")
         self.ready = True
 
+    def kill(self) -> None:
+        """SIGKILL to the whole process group, at once (not once it is reaped: its ids could be another's then)."""
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
     async def destroy(self) -> None:
-        """Kill the process group and remove the directory; the sandbox is never used again."""
+        """Kill the process group, wait for it, close its channels and remove the directory; the sandbox is never
+        used again."""
         try:
-            await _kill(self.process)
+            self.kill()
+            await _exited(self.process)
         finally:
-            remove_tree(self.workdir)
+            try:
+                await self.channel.aclose()
+            finally:
+                assert self.process.stderr is not None
+                self.process.stderr.close()
+                remove_tree(self.workdir)
 
 
 async def start_sandbox(sandbox: SandboxMode, tmp_bytes: int) -> Started:
@@ -148,23 +168,44 @@ async def start_sandbox(sandbox: SandboxMode, tmp_bytes: int) -> Started:
     few milliseconds of CPU its start took, which counted against RLIMIT_CPU before the pool existed too)."""
     workdir = private_dir("codeact")
     try:
-        # bwrap reads the filter once, at its start: the fd is closed as soon as the process runs.
-        with closing_fd(seccomp_fd(no_fork=True) if sandbox == "bwrap" else None) as seccomp:
-            how = launch(sandbox, child_program(), str(workdir), seccomp, tmp_bytes=tmp_bytes)
-            process = await anyio.open_process(
-                how.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=how.cwd,
-                env=how.env,
-                start_new_session=True,  # one process group: the kill reaches everything the step started
-                pass_fds=how.pass_fds,
-            )
+        ours, theirs = socket.socketpair()
+        try:
+            # bwrap reads the filter once, at its start: the fd is closed as soon as the process runs.
+            with closing_fd(seccomp_fd(no_fork=True) if sandbox == "bwrap" else None) as seccomp:
+                how = launch(sandbox, child_program(), str(workdir), seccomp, tmp_bytes=tmp_bytes)
+                # `subprocess` starts it with vfork, in well under a millisecond. The event loop's own way (uvloop's,
+                # the server's loop) forks: it copies the server's page tables, which stops every call for ~10 ms.
+                process = subprocess.Popen(  # noqa: ASYNC220  (vfork: see above)
+                    how.argv,
+                    stdin=theirs.fileno(),
+                    stdout=theirs.fileno(),
+                    stderr=subprocess.PIPE,
+                    cwd=how.cwd,
+                    env=how.env,
+                    start_new_session=True,  # one process group: the kill reaches everything the step started
+                    pass_fds=how.pass_fds,
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
     except BaseException:
         remove_tree(workdir)
         raise
-    return Started(process, workdir, sandbox, tmp_bytes)
+    try:
+        with anyio.CancelScope(shield=True):
+            channel = await anyio.abc.UNIXSocketStream.from_socket(ours)
+    except BaseException:
+        ours.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()  # killed: it is gone in a moment
+        assert process.stderr is not None
+        process.stderr.close()
+        remove_tree(workdir)
+        raise
+    return Started(process, channel, workdir, sandbox, tmp_bytes)
 
 
 async def run_step(
@@ -187,21 +228,25 @@ async def run_step(
     started = await pool.take(sandbox, limits.tmp_bytes) if pool is not None else None
     if started is None:
         started = await start_sandbox(sandbox, limits.tmp_bytes)
-    process = started.process
     try:
         async with anyio.create_task_group() as task_group:
-            task_group.start_soon(_drain_stderr, process, result)
+            task_group.start_soon(_drain_stderr, started)
             with anyio.move_on_after(limits.timeout) as scope:
                 await _converse(started, code, tools, call_tool, limits, _rlimits(limits, sandbox), result)
             if scope.cancelled_caught:
                 result.error = f"TimeoutError: the code did not finish within {limits.timeout:g} s and was stopped"
-            await _kill(process)
+            # The step has ended: nothing of it runs on. Whatever it wrote to stderr is in the pipe by now.
+            started.kill()
+            task_group.cancel_scope.cancel()
+        _keep_stderr(started, result)
     finally:
         # Also when the caller is cancelled (its session ended): the kill comes first, before any wait.
+        started.kill()
         with anyio.CancelScope(shield=True):
-            await started.destroy()
-        if pool is not None:
-            pool.refill()
+            if pool is not None:
+                await pool.discard(started)  # reaped in the background: the answer does not wait for that
+            else:
+                await started.destroy()
     return result
 
 
@@ -214,8 +259,7 @@ async def _converse(
     rlimits: dict[str, int],
     result: StepResult,
 ) -> None:
-    process, reader = started.process, started.reader
-    assert process.stdin is not None
+    channel, reader = started.channel, started.reader
     request = {
         "code": code,
         "tools": [{"name": t.name, "description": t.description, "params": list(t.params)} for t in tools],
@@ -228,7 +272,7 @@ async def _converse(
     try:
         if not started.ready:
             await started.wait_ready(limits.message_bytes)
-        await process.stdin.send(json.dumps(request).encode() + b"\n")
+        await channel.send(json.dumps(request).encode() + b"\n")
         while True:
             message = await _receive(reader, limits.message_bytes)
             if "done" in message:
@@ -242,9 +286,9 @@ async def _converse(
                 answer: dict[str, Any] = {"ok": await call_tool(name, arguments)}
             except ToolCallFailed as exc:
                 answer = {"error": str(exc)}
-            await process.stdin.send(json.dumps(answer).encode() + b"\n")
+            await channel.send(json.dumps(answer).encode() + b"\n")
     except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        returncode = await _returncode(process)
+        returncode = await _exited(started.process)
         result.error = _death(returncode, limits)
     except ProtocolError as exc:
         result.error = f"the code's process broke the protocol ({exc}) and was stopped"
@@ -277,9 +321,21 @@ def _finish(done: Any, limits: Limits, result: StepResult) -> None:
         setattr(result, key, value if key != "output" else (value or ""))
 
 
-async def _returncode(process: Process) -> int | None:
+async def _exited(process: subprocess.Popen[bytes]) -> int | None:
+    """The process's exit status once it has exited (it is reaped then), or None if it still runs after
+    `KILL_WAIT` seconds. Waits on a pidfd, which the event loop watches like a socket."""
+    if process.poll() is not None:
+        return process.returncode
     with anyio.move_on_after(KILL_WAIT):
-        return await process.wait()
+        try:
+            pidfd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):  # no pidfds (not Linux, or older than 5.3): a thread waits instead
+            return await anyio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
+        try:
+            await anyio.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        return process.wait()
     return None
 
 
@@ -296,19 +352,30 @@ def _death(returncode: int | None, limits: Limits) -> str:
     return f"the code's process exited with status {returncode} before it finished"
 
 
-async def _drain_stderr(process: Process, result: StepResult) -> None:
-    assert process.stderr is not None
-    kept = bytearray()
-    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        async for chunk in process.stderr:
-            if len(kept) < STDERR_KEEP:
-                kept += chunk[: STDERR_KEEP - len(kept)]
-    result.stderr = kept.decode("utf-8", "replace")
+async def _drain_stderr(started: Started) -> None:
+    """Read the child's stderr while the step runs, so that a child writing much there never blocks on a full
+    pipe; keep the first `STDERR_KEEP` bytes."""
+    while _read_stderr(started):
+        await anyio.wait_readable(started.stderr)
 
 
-async def _kill(process: Process) -> None:
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-    with anyio.move_on_after(KILL_WAIT):
-        await process.aclose()  # waits for the process and closes its pipes
+def _keep_stderr(started: Started, result: StepResult) -> None:
+    """Take what is left in the stderr pipe (without waiting) and keep it as text for the server log."""
+    _read_stderr(started)
+    result.stderr = started.stderr_kept.decode("utf-8", "replace")
+
+
+def _read_stderr(started: Started) -> bool:
+    """Read what the stderr pipe holds now; False at its end."""
+    while True:
+        try:
+            chunk = os.read(started.stderr, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not chunk:
+            return False
+        room = STDERR_KEEP - len(started.stderr_kept)
+        if room > 0:
+            started.stderr_kept += chunk[:room]

@@ -61,6 +61,21 @@ class SandboxPool:
         held = [*self._ready, *([self._starting] if self._starting is not None else [])]
         return {started.process.pid for started in held}
 
+    async def discard(self, started: Started) -> None:
+        """Destroy the sandbox of a step that has ended (`run_step` has killed it) and start replacing it. While the
+        pool runs, the dead process is reaped in the background, so that the step's answer does not wait for it;
+        the pool's shutdown waits for it. Outside `run`, it is destroyed now."""
+        if self._task_group is None:
+            await started.destroy()
+        else:
+            self._task_group.start_soon(self._destroy, started)
+        self.refill()
+
+    @staticmethod
+    async def _destroy(started: Started) -> None:
+        with anyio.CancelScope(shield=True):  # the pool's shutdown cancels its tasks: this one ends anyway
+            await started.destroy()
+
     @asynccontextmanager
     async def run(self, *, fill: bool = True) -> AsyncIterator[SandboxPool]:
         """Keep the pool filled in the background; `fill=False` waits for the first `take` to start filling it."""
@@ -93,7 +108,7 @@ class SandboxPool:
 
     async def take(self, sandbox: SandboxMode, tmp_bytes: int) -> Started | None:
         """A pre-started sandbox for one step, removed from the pool, or None when the pool has none of this kind
-        ready: the caller then starts its own. The caller calls `refill` when its step has ended."""
+        ready: the caller then starts its own. The caller calls `discard` when its step has ended."""
         if self._task_group is None or (sandbox, tmp_bytes) != (self.sandbox, self.tmp_bytes):
             return None
         if not self._ready:
@@ -101,15 +116,15 @@ class SandboxPool:
         while self._ready:
             started = self._ready.popleft()
             self._full = anyio.Event()
-            if started.process.returncode is None:
+            if started.process.poll() is None:
                 self.taken += 1
                 return started
             await started.destroy()  # died while waiting (killed from outside): never hand it out
         return None
 
     def refill(self) -> None:
-        """Start replacing what steps took. `run_step` calls it once its step has ended, so that starting the
-        replacement (a few hundred milliseconds of CPU on a loaded machine) does not compete with that step."""
+        """Start replacing what steps took. `discard` calls it once its step has ended, so that starting the
+        replacement (tens of milliseconds of CPU) does not compete with that step."""
         self._wanted.set()
 
     async def _refill_forever(self) -> None:
