@@ -103,6 +103,14 @@ def walk_causes(report):
             yield report
 
 
+def warm_up():
+    """Run once, before saying ready, what every step runs first (the compiler, json): their code is then in
+    memory, and a pooled sandbox's step does not wait for it (about half a millisecond)."""
+    compile_step("for i in range(2):\n    f(a=i, b=[1.5, None])\nreturn i")
+    compile_step("x = 1\nx")
+    json.loads(json.dumps({"call": "f", "arguments": {"a": [1, 2.5, None, True, "x"]}}))
+
+
 def main():
     proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
     proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -110,6 +118,7 @@ def main():
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
+    warm_up()
     # Started and waiting: a pooled sandbox is handed out only once this line has come.
     proto_out.write('{"ready": true}\n')
     proto_out.flush()
