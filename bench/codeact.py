@@ -1,6 +1,6 @@
 """CodeAct against plain tool calls: 20 FrozenLake moves in one `execute_code` step vs 20 MCP `tools/call`s.
 
-    python bench/codeact.py [--sessions 1] [--rounds 7] [--moves 20] [--pool N] [--think 0.5]
+    python bench/codeact.py [--sessions 1] [--rounds 7] [--moves 20] [--pool N] [--think 0.5] [--records off]
 
 Starts `ors-server serve --env frozen_lake --codeact --codeact-pool N` on a free port (N defaults to
 `--sessions`), then, for the same number of concurrent MCP sessions, times one round of `--moves` moves made
@@ -52,10 +52,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(pool: int) -> Iterator[str]:
+def server(pool: int, records: str | None) -> Iterator[str]:
     port = free_port()
     command = [sys.executable, "-m", "ors_server.cli", "serve", "--env", "frozen_lake", "--codeact"]
     command += ["--codeact-pool", str(pool), "--port", str(port), "--log-level", "warning"]
+    command += ["--records", records] if records is not None else []
     proc = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -198,9 +199,10 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=20)
     parser.add_argument("--pool", type=int, default=None, help="--codeact-pool of the server (default: --sessions)")
     parser.add_argument("--think", type=float, default=0.5, help="untimed seconds between rounds")
+    parser.add_argument("--records", default=None, help="--records of the servers (default: theirs; 'off': none)")
     args = parser.parse_args()
     args.pool = args.sessions if args.pool is None else args.pool
-    with server(args.pool) as url, server(0) as unpooled_url:
+    with server(args.pool, args.records) as url, server(0, args.records) as unpooled_url:
         anyio.run(measure, url, unpooled_url, args)
 
 
