@@ -61,7 +61,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -76,6 +76,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -94,8 +95,9 @@ from ors_server.errors import (
     Unavailable,
 )
 from ors_server.faces import Core, Face
+from ors_server.faces.mcp_plain_call import answer, held, negotiated_version, plain_call
 from ors_server.faces.tagging import public_id, tagged_transport
-from ors_server.ids import worker_tag
+from ors_server.ids import split, worker_tag
 from ors_server.records.labels import HEADER as LABELS_HEADER
 from ors_server.records.labels import checked, merged
 from ors_server.records.labels import parse_header as parse_labels
@@ -160,6 +162,10 @@ class _Binding:
     last_seen: float = field(default_factory=anyio.current_time)
     deleting: bool = False
     """A DELETE of the transport is under way: requests it cuts short are answered 404, not the SDK's 500."""
+    version: str | None = None
+    """The protocol version its `initialize` negotiated (None if unread): plain calls are answered for it."""
+    plain_calls: set[anyio.CancelScope] = field(default_factory=set)
+    """The waits of plain calls answered without the SDK (`mcp_plain_call`): cut short when the transport ends."""
 
 
 def _tools(tools: Sequence[ToolDef]) -> list[types.Tool]:
@@ -331,6 +337,9 @@ def _json_errors(scope: Scope, send: Send) -> Send:
 class McpFace:
     """The MCP endpoint of every environment, over the shared session store."""
 
+    answers_plain_calls = True
+    """Answer plain `tools/call`s of 2025 protocol sessions without the SDK's transport (`mcp_plain_call`)."""
+
     def __init__(self, registry: Registry, store: SessionStore, calls: Calls, settings: Settings) -> None:
         self.registry, self.store, self.calls, self.settings = registry, store, calls, settings
         self.server: Server[Any] = Server(
@@ -482,6 +491,10 @@ class McpFace:
                             return
                     self._bindings[transport_id] = _Binding(session)
                     bound.append(transport_id)
+            elif reply["type"] == "http.response.body" and bound and not reply.get("more_body", False):
+                binding = self._bindings.get(bound[-1])
+                if binding is not None and binding.version is None:
+                    binding.version = negotiated_version(reply.get("body", b""))
             await send(reply)
 
         try:
@@ -520,6 +533,8 @@ class McpFace:
         binding = self._bindings.pop(transport_id, None)
         if binding is None:
             return
+        for waiting in binding.plain_calls:
+            waiting.cancel()
         session = binding.session
         if session.created_by != "mcp" or session.id in self._opening:
             return
@@ -577,6 +592,8 @@ class McpFace:
             receive = _replay(whole, receive)
             if b"progressToken" in whole and _wants_progress(_parsed(whole), scope):
                 transport, scope[STREAMED_SCOPE_KEY] = self.session_streaming_manager.handle_request, True
+            else:
+                transport = self._plain_call(scope, whole, binding, transport_id) or transport
 
         async def read() -> Message:
             message = await receive()
@@ -588,14 +605,12 @@ class McpFace:
             nonlocal status, cut
             if reply["type"] == "http.response.start":
                 status = reply["status"]
-                # The SDK answers a request whose transport a DELETE terminated with a 500 and no id; it is the
-                # client's own doing, so it gets what every later request of the transport gets: a 404.
+                # A request whose transport a DELETE terminated (`_deleted_while_running`).
                 cut = status == 500 and binding is not None and binding.deleting and not deleting
             if not cut:
                 await send(reply)
             elif not reply.get("more_body", False) and reply["type"] == "http.response.body":
-                gone = Refused(404, "Session terminated: the MCP session was deleted while this request ran")
-                await _send_error(scope, send, gone, _request_id(b"".join(body)))
+                await _send_error(scope, send, _deleted_while_running(), _request_id(b"".join(body)))
 
         try:
             await transport(scope, read, watch)
@@ -612,6 +627,41 @@ class McpFace:
         if binding is not None and (status == 404 or (scope["method"] == "DELETE" and 200 <= status < 300)):
             with anyio.CancelScope(shield=True):
                 await self.close(transport_id, "deleted" if status != 404 else "reaped")
+
+    def _plain_call(self, scope: Scope, body: bytes, binding: _Binding, transport_id: str) -> ASGIApp | None:
+        """An answerer for `body` if it is a plain `tools/call` of this live transport (`mcp_plain_call`)."""
+        if not self.answers_plain_calls:
+            return None
+        call = plain_call(Request(scope), body, binding.version)
+        if call is None:
+            return None
+        found = split(transport_id) if self.tag is not None else None
+        sdk_id = found[1] if found is not None and found[0] == self.tag else transport_id
+        sdk = self.manager._server_instances.get(sdk_id)
+        if sdk is None or sdk.is_terminated or (sdk.idle_scope is not None and sdk.idle_scope.cancel_called):
+            return None
+
+        async def answerer(scope: Scope, receive: Receive, send: Send) -> None:
+            shown = binding.session.redact(call.params.name)
+            scope.setdefault("state", {})["tool"] = shown  # for the access log
+            result = None
+            with held(sdk), anyio.CancelScope() as waiting:
+                binding.plain_calls.add(waiting)  # `close` cancels it, as the SDK ends its requests at a DELETE
+                try:
+                    result = await self._tool_result(
+                        call.params, shown, lambda: self._bound_session(binding), self._plain_run(call.params)
+                    )
+                finally:
+                    binding.plain_calls.discard(waiting)
+            if result is None:
+                await _send_error(scope, send, _deleted_while_running(), call.request_id)
+            else:
+                await answer(call, result, transport_id)(scope, receive, send)
+
+        return answerer
+
+    def _plain_run(self, params: types.CallToolRequestParams) -> Callable[[Session], Awaitable[CallResult]]:
+        return lambda session: self.calls.call(session, params.name, params.arguments, face="mcp")
 
     # MCP handlers.
 
@@ -675,14 +725,27 @@ class McpFace:
         shown = binding.session.redact(params.name) if binding is not None else params.name
         if ctx.request is not None:  # for the access log
             ctx.request.state.tool = shown
+        token = _progress_token(ctx)
+        run = self._plain_run(params)
+        if token is not None:
+
+            async def run(session: Session) -> CallResult:
+                return await self._call_with_progress(ctx, session, params, token)
+
+        return await self._tool_result(params, shown, lambda: self._session_for(ctx), run)
+
+    async def _tool_result(
+        self,
+        params: types.CallToolRequestParams,
+        shown: str,
+        session_for: Callable[[], Awaitable[Session]],
+        run: Callable[[Session], Awaitable[CallResult]],
+    ) -> types.CallToolResult:
+        """Run a call in the episode `session_for` finds, as a tool result (errors too, apart from `_Unnamed`)."""
         try:
-            session = await self._session_for(ctx)
+            session = await session_for()
             shown = session.redact(params.name)
-            token = _progress_token(ctx)
-            if token is None:
-                result = await self.calls.call(session, params.name, params.arguments, face="mcp")
-            else:
-                result = await self._call_with_progress(ctx, session, params, token)
+            result = await run(session)
         except _Unnamed as exc:
             # Current era: nothing names an episode, so no call can run; the error says how to name one.
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
@@ -795,33 +858,50 @@ class McpFace:
 
     async def _session_for(self, ctx: ServerRequestContext[Any, Any]) -> Session:
         transport_id, binding = self._binding(ctx)
-        ended = _NoEpisode("This MCP session's episode has ended: initialize a new MCP session.")
         if binding is not None:
-            key, env_name = binding.session.id, None
-        elif transport_id is not None:
-            raise ended
-        else:
-            # A sessionless (2026-07-28) request: it can only drive a session it names.
-            named = _named_key(ctx)
-            if not named:
-                raise _Unnamed(_how_to_name(self._path_env(ctx).name, ctx))
-            try:
-                key = self.store.check_id(named)
-            except OrsError as exc:
-                raise _NoEpisode(exc.message) from None
-            env_name = self._path_env(ctx).name
+            return await self._bound_session(binding)
+        if transport_id is not None:
+            raise _ended()
+        # A sessionless (2026-07-28) request: it can only drive a session it names.
+        named = _named_key(ctx)
+        if not named:
+            raise _Unnamed(_how_to_name(self._path_env(ctx).name, ctx))
         try:
-            session = await self.store.get_ready(key, env_name)
+            key = self.store.check_id(named)
+        except OrsError as exc:
+            raise _NoEpisode(exc.message) from None
+        try:
+            return await self.store.get_ready(key, self._path_env(ctx).name)
         except SessionExpired as exc:
-            whose = "This MCP session's episode" if binding is not None else f"Session {key}"
-            raise _NoEpisode(
-                f"{whose} expired after {exc.timeout:g} s of inactivity: initialize a new MCP session."
-            ) from None
+            raise _NoEpisode(_expired(f"Session {key}", exc)) from None
         except (SessionNotFound, SessionDeleted):
-            raise (ended if binding is not None else _NoEpisode(f"Session {key} does not exist.")) from None
-        if binding is not None and session is not binding.session:
-            raise ended
+            raise _NoEpisode(f"Session {key} does not exist.") from None
+
+    async def _bound_session(self, binding: _Binding) -> Session:
+        """The live episode of a transport: its own session, not a later one that reuses the key."""
+        try:
+            session = await self.store.get_ready(binding.session.id, None)
+        except SessionExpired as exc:
+            raise _NoEpisode(_expired("This MCP session's episode", exc)) from None
+        except (SessionNotFound, SessionDeleted):
+            raise _ended() from None
+        if session is not binding.session:
+            raise _ended()
         return session
+
+
+def _deleted_while_running() -> Refused:
+    # The SDK answers a request whose transport a DELETE terminated with a 500 and no id; it is the client's own
+    # doing, so it gets what every later request of the transport gets: a 404.
+    return Refused(404, "Session terminated: the MCP session was deleted while this request ran")
+
+
+def _ended() -> _NoEpisode:
+    return _NoEpisode("This MCP session's episode has ended: initialize a new MCP session.")
+
+
+def _expired(whose: str, exc: SessionExpired) -> str:
+    return f"{whose} expired after {exc.timeout:g} s of inactivity: initialize a new MCP session."
 
 
 class _NoEpisode(Exception):

@@ -1,0 +1,110 @@
+"""A plain `tools/call` of a 2025 protocol session, answered without the SDK's transport.
+
+The SDK's stateful streamable HTTP transport hands each request through memory streams to the session's task,
+its dispatcher and middleware, and the answer back the same way: measured in-process, ~600 of the ~850 µs of CPU
+a FrozenLake move costs over MCP, and most of an Eval Protocol rollout step. The MCP face answers the commonest
+request itself: a `tools/call` with no progress token, on a transport bound to an episode, in JSON mode, with the
+headers the SDK would accept. It is checked and answered with the SDK's own validators and serializers for the
+negotiated protocol version, so the bytes are the SDK's (tests/faces/test_mcp_plain_call.py compares them
+request by request with this path switched off). Anything else goes to the SDK, which answers it (and its errors).
+
+While such a call runs, the SDK transport's idle countdown is held as the SDK holds it for its own requests, so
+a client that only calls tools is never reaped by the SDK as idle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pydantic_core
+from mcp import types
+from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
+from mcp_types import JSONRPCRequest, JSONRPCResponse, RequestId, jsonrpc_message_adapter
+from mcp_types import methods as sdk_methods
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+VERSION_HEADER = "mcp-protocol-version"
+
+
+@dataclass(frozen=True)
+class PlainCall:
+    request_id: RequestId
+    params: types.CallToolRequestParams
+    version: str
+    """The protocol version the session negotiated: what the answer is validated and shaped for."""
+
+
+def plain_call(request: Request, body: bytes, version: str | None) -> PlainCall | None:
+    """`body` as a plain `tools/call` the SDK would accept on this session (negotiated `version`), else None."""
+    if version is None or version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    headers = request.headers
+    header_version = headers.get(VERSION_HEADER)
+    if header_version is not None and header_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None  # the SDK routes it to the 2026-07-28 era
+    content_type = headers.get("content-type", "").split(";")[0]
+    if "application/json" not in (part.strip() for part in content_type.split(",")):
+        return None
+    if not check_accept_headers(request)[0]:
+        return None
+    try:
+        message = jsonrpc_message_adapter.validate_python(pydantic_core.from_json(body), by_name=False)
+    except ValueError:  # ValidationError included: the SDK answers it
+        return None
+    if not isinstance(message, JSONRPCRequest) or message.method != "tools/call":
+        return None
+    params = message.params or {}
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and meta.get("progressToken") is not None:
+        return None  # answered as an event stream, by the SDK
+    try:
+        sdk_methods.validate_client_request("tools/call", version, params)
+        typed = types.CallToolRequestParams.model_validate(params, by_name=False)
+    except (KeyError, ValidationError):
+        return None
+    return PlainCall(message.id, typed, version)
+
+
+def answer(call: PlainCall, result: types.CallToolResult, transport_id: str) -> Response:
+    """The SDK's JSON answer to `call`: its result shaped for the session's version, in its JSON-RPC envelope."""
+    dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    shaped = sdk_methods.serialize_server_result("tools/call", call.version, dumped)
+    reply = JSONRPCResponse(jsonrpc="2.0", id=call.request_id, result=shaped)
+    headers = {"Content-Type": "application/json", "mcp-session-id": transport_id}
+    return Response(reply.model_dump_json(by_alias=True, exclude_unset=True), headers=headers)
+
+
+def negotiated_version(initialize_reply: bytes) -> str | None:
+    """The protocol version of an `initialize` answer (a JSON-RPC response body), or None."""
+    try:
+        reply: Any = pydantic_core.from_json(initialize_reply)
+        version = reply["result"]["protocolVersion"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return version if isinstance(version, str) else None
+
+
+@contextmanager
+def held(transport: StreamableHTTPServerTransport) -> Iterator[None]:
+    """Hold the SDK transport's idle countdown while a request the SDK does not see is served (as its
+    `handle_request` does for its own)."""
+    scope, timeout = transport.idle_scope, getattr(transport, "_idle_timeout", None)
+    if scope is None or timeout is None or not hasattr(transport, "_requests_in_flight"):
+        yield
+        return
+    transport._requests_in_flight += 1
+    scope.deadline = math.inf
+    try:
+        yield
+    finally:
+        transport._requests_in_flight -= 1
+        if not transport._requests_in_flight:
+            scope.deadline = anyio.current_time() + timeout
