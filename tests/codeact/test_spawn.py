@@ -8,6 +8,7 @@ are started with `subprocess` instead (vfork); the event loop only watches the s
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from typing import Any
 
@@ -15,8 +16,8 @@ import anyio
 import pytest
 
 from ors_server import sandbox
-from ors_server.codeact import Limits, SandboxMode, SandboxPool, ToolSpec, bwrap_problem, run_step
-from ors_server.codeact.executor import STDERR_KEEP
+from ors_server.codeact import Limits, SandboxMode, SandboxPool, ToolSpec, bwrap_problem, executor, run_step
+from ors_server.codeact.executor import STDERR_KEEP, Started
 from ors_server.sandbox import as_agent
 from tests.codeact.test_executor import descendants
 
@@ -73,6 +74,26 @@ async def test_what_the_code_writes_to_its_stderr_never_blocks_it_and_is_kept_fo
     # Written just before the result: still in the pipe when the result arrives, and kept.
     result = await run_step("import os\nos.write(2, b'last words')\nreturn 1", [], moved, limits=LIMITS, sandbox=kind)
     assert (result.value, result.stderr) == ("1", "last words")
+
+
+async def test_the_server_kills_the_sandbox_once_the_result_arrives(
+    kind: SandboxMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child no longer exits on its own after its result: its teardown competed with the server for the CPU
+    # just as the server woke to read the result. A thread the code leaves running does not keep it alive either.
+    started: list[Started] = []
+    start = executor.start_sandbox
+
+    async def keep(sandbox: SandboxMode, tmp_bytes: int) -> Started:
+        started.append(await start(sandbox, tmp_bytes))
+        return started[-1]
+
+    monkeypatch.setattr(executor, "start_sandbox", keep)
+    code = "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,)).start()\nreturn 'left'"
+    with anyio.fail_after(60):
+        result = await run_step(code, [], moved, limits=LIMITS, sandbox=kind)
+    assert (result.error, result.value) == (None, "left")
+    assert len(started) == 1 and started[0].process.returncode == -signal.SIGKILL
 
 
 async def test_a_step_with_a_pool_that_does_not_run_is_ended_before_it_answers(kind: SandboxMode) -> None:
