@@ -231,13 +231,17 @@ async def run_step(
     try:
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(_drain_stderr, started)
+            done = False
             with anyio.move_on_after(limits.timeout) as scope:
-                await _converse(started, code, tools, call_tool, limits, _rlimits(limits, sandbox), result)
+                done = await _converse(started, code, tools, call_tool, limits, _rlimits(limits, sandbox), result)
             if scope.cancelled_caught:
                 result.error = f"TimeoutError: the code did not finish within {limits.timeout:g} s and was stopped"
-            # The step has ended: nothing of it runs on. Whatever it wrote to stderr is in the pipe by now.
-            started.kill()
-            task_group.cancel_scope.cancel()
+            if not done:
+                started.kill()  # a runaway, a dead or a lying child: at once
+            task_group.cancel_scope.cancel()  # the drain: whatever the step wrote to stderr is in the pipe by now
+        # The step has ended: nothing of it runs on. After its result, its child waits for this kill, idle; the kill
+        # comes after the step's last wait (the drain's end), since the sandbox's teardown competes for the CPU.
+        started.kill()
         _keep_stderr(started, result)
     finally:
         # Also when the caller is cancelled (its session ended): the kill comes first, before any wait.
@@ -258,7 +262,9 @@ async def _converse(
     limits: Limits,
     rlimits: dict[str, int],
     result: StepResult,
-) -> None:
+) -> bool:
+    """Talk with the child until its result: True once it came (in `result`), False when the child died or broke
+    the protocol (`result.error` says so)."""
     channel, reader = started.channel, started.reader
     request = {
         "code": code,
@@ -277,7 +283,7 @@ async def _converse(
             message = await _receive(reader, limits.message_bytes)
             if "done" in message:
                 _finish(message["done"], limits, result)
-                return
+                return True
             name, arguments = message.get("call"), message.get("arguments")
             if not isinstance(name, str) or not isinstance(arguments, dict):
                 raise ProtocolError("a message that is neither a tool call nor the result")
@@ -292,6 +298,7 @@ async def _converse(
         result.error = _death(returncode, limits)
     except ProtocolError as exc:
         result.error = f"the code's process broke the protocol ({exc}) and was stopped"
+    return False
 
 
 async def _receive(reader: BufferedByteReceiveStream, max_bytes: int) -> dict[str, Any]:
