@@ -103,8 +103,16 @@ _DROP = "import os, sys; os.setgroups([]); os.setgid({id}); os.setuid({id}); os.
 
 @functools.cache
 def _setpriv() -> str | None:
-    """util-linux's `setpriv`, looked up where the system keeps it (not on the server's PATH)."""
-    return shutil.which("setpriv", path="/usr/bin:/bin")
+    """util-linux's `setpriv`, looked up where the system keeps it (not on the server's PATH). Only util-linux's:
+    its `--reuid`/`--regid` set the saved ids too, which other implementations (busybox's) may not promise."""
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
+    if setpriv is None:
+        return None
+    try:
+        version = subprocess.run([setpriv, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return setpriv if "util-linux" in version.stdout else None
 
 
 def as_agent(argv: list[str]) -> list[str]:

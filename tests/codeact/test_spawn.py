@@ -119,3 +119,12 @@ def test_as_agent_drops_every_id_with_either_prefix(setpriv: bool, monkeypatch: 
     assert lines["Gid"].split() == ["65534"] * 4
     assert lines["Groups"].split() == []
     assert int(lines["CapPrm"], 16) == int(lines["CapEff"], 16) == int(lines["CapAmb"], 16) == 0
+
+
+@pytest.mark.parametrize("says, used", [("setpriv from util-linux 2.38.1", True), ("BusyBox v1.36.1", False)])
+def test_only_util_linux_setpriv_is_used(says: str, used: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "setpriv"
+    fake.write_text(f"#!/bin/sh\necho '{says}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name, path=None: str(fake))
+    assert sandbox._setpriv.__wrapped__() == (str(fake) if used else None)
