@@ -61,7 +61,9 @@ class Math(Environment):
     def list_tasks(cls, split: str) -> list[dict[str, Any]]:
         return TASKS[split]
 
-    def get_prompt(self) -> list[TextBlock]:
+    # Both are quick and never block: `async def` runs them on the event loop, without a thread hop each.
+
+    async def get_prompt(self) -> list[TextBlock]:
         return [
             TextBlock(
                 text=f"{self.task_spec['question']}\n\n"
@@ -70,7 +72,7 @@ class Math(Environment):
         ]
 
     @tool
-    def submit(self, params: SubmitInput) -> ToolOutput:
+    async def submit(self, params: SubmitInput) -> ToolOutput:
         """Submit your final answer to the math problem. Ends the episode."""
         # str() of a float is its shortest round-trip form ("0.1"), which `Fraction` reads exactly as written.
         correct = same_answer(str(params.answer), str(self.task_spec["answer"]))

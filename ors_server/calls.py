@@ -51,6 +51,7 @@ from ors_server.errors import ToolServerUnavailable
 from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal
 from ors_server.sessions import Episode, EpisodeEnd, EpisodeWatcher, Session, SessionStore, State
 from ors_server.types import ToolOutput
+from ors_server.worker_threads import run_in_thread
 
 logger = logging.getLogger("ors_server.calls")
 
@@ -252,8 +253,6 @@ class Calls:
         self.throttles: list[Throttle] = []
         """Observers that may fall behind (the episode records): a call waits for their room before it is
         admitted, so a slow database slows the callers rather than losing records (backpressure)."""
-        self._unbounded = anyio.CapacityLimiter(math.inf)
-        """For tool threads, whose slot in the store's "tools" pool is held by the call itself."""
         self._replayable: deque[ToolCall] = deque()
         """Every finished call kept for replay, oldest first."""
         self.replay_chars = 0
@@ -494,7 +493,8 @@ class Calls:
         if timeout is None:
             # No timeout: anyio holds the slot for as long as it waits for the thread, which is until it returns
             # (only a cancellation at shutdown abandons it).
-            output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=limiter)
+            async with limiter:
+                output = await run_in_thread(work)
         else:
             # The slot is taken here and given back only when the thread has returned, even past the timeout, so
             # hung tools can hold at most `tool_threads` threads.
@@ -512,7 +512,7 @@ class Calls:
             # A timer, not a watching task: it costs a few µs where a task group cost ~70 on every call.
             watch = asyncio.get_running_loop().call_at(deadline, self._overdue, call)
             try:
-                output = await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._unbounded)
+                output = await run_in_thread(work)
             finally:
                 watch.cancel()
                 limiter.release_on_behalf_of(slot)

@@ -61,6 +61,7 @@ from ors_server.errors import (
 from ors_server.lazy_event import LazyEvent
 from ors_server.settings import Settings
 from ors_server.types import Blocks
+from ors_server.worker_threads import run_in_thread
 
 logger = logging.getLogger("ors_server.sessions")
 
@@ -215,7 +216,11 @@ async def run_user_code(function: Callable[..., Any], *args: Any, limiter: anyio
     if inspect.iscoroutinefunction(function):
         return await function(*args)
     call = functools.partial(function, *args)
-    result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=limiter)
+    if limiter is None:
+        result = await run_in_thread(call)
+    else:
+        async with limiter:
+            result = await run_in_thread(call)
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -235,6 +240,14 @@ def _construct(session: Session, episode: Episode) -> None:
     episode.env = session.env_cls(task_spec=session.task_spec, secrets=session.secrets)
     if not inspect.iscoroutinefunction(episode.env.setup):
         episode.env.setup()
+
+
+def _constructs_inline(env_cls: type[Environment]) -> bool:
+    """Whether building an instance runs no code of the author's on the event loop: `Environment`'s own
+    constructor, and a `setup` that is the base's no-op or async (awaited on the loop anyway)."""
+    return env_cls.__init__ is Environment.__init__ and (
+        env_cls.setup is Environment.setup or inspect.iscoroutinefunction(env_cls.setup)
+    )
 
 
 class EpisodeWatcher:
@@ -546,9 +559,11 @@ class SessionStore:
             if not episode.ended and session.env_cls.mcp_servers:
                 await self._open_toolbox(session, episode)
             if not episode.ended:
-                await anyio.to_thread.run_sync(
-                    _construct, session, episode, abandon_on_cancel=True, limiter=self.limiters["lifecycle"]
-                )
+                if _constructs_inline(session.env_cls):
+                    _construct(session, episode)  # nothing that may block: a thread hop would be most of the cost
+                else:
+                    async with self.limiters["lifecycle"]:
+                        await run_in_thread(functools.partial(_construct, session, episode))
                 assert episode.env is not None
                 if inspect.iscoroutinefunction(episode.env.setup):
                     await episode.env.setup()
@@ -614,8 +629,9 @@ class SessionStore:
                         async with episode.lock:
                             pass
                 try:
-                    with anyio.fail_after(self.settings.teardown_timeout):
-                        await run_user_code(env.teardown, limiter=self.limiters["lifecycle"])
+                    if type(env).teardown is not Environment.teardown:  # the base's is a no-op: no thread hop
+                        with anyio.fail_after(self.settings.teardown_timeout):
+                            await run_user_code(env.teardown, limiter=self.limiters["lifecycle"])
                 except Exception as exc:
                     logger.error(
                         "teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id}
