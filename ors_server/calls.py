@@ -491,10 +491,9 @@ class Calls:
         work = functools.partial(tool.function, env, *args)
         limiter = self.store.limiters["tools"]
         if timeout is None:
-            # No timeout: anyio holds the slot for as long as it waits for the thread, which is until it returns
+            # No timeout: the slot is held for as long as the call waits for the thread, which is until it returns
             # (only a cancellation at shutdown abandons it).
-            async with limiter:
-                output = await run_in_thread(work)
+            output = await run_in_thread(work, limiter)
         else:
             # The slot is taken here and given back only when the thread has returned, even past the timeout, so
             # hung tools can hold at most `tool_threads` threads.

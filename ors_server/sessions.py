@@ -216,11 +216,7 @@ async def run_user_code(function: Callable[..., Any], *args: Any, limiter: anyio
     if inspect.iscoroutinefunction(function):
         return await function(*args)
     call = functools.partial(function, *args)
-    if limiter is None:
-        result = await run_in_thread(call)
-    else:
-        async with limiter:
-            result = await run_in_thread(call)
+    result = await run_in_thread(call, limiter)
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -562,8 +558,7 @@ class SessionStore:
                 if _constructs_inline(session.env_cls):
                     _construct(session, episode)  # nothing that may block: a thread hop would be most of the cost
                 else:
-                    async with self.limiters["lifecycle"]:
-                        await run_in_thread(functools.partial(_construct, session, episode))
+                    await run_in_thread(functools.partial(_construct, session, episode), self.limiters["lifecycle"])
                 assert episode.env is not None
                 if inspect.iscoroutinefunction(episode.env.setup):
                     await episode.env.setup()
