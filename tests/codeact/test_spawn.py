@@ -128,3 +128,18 @@ def test_only_util_linux_setpriv_is_used(says: str, used: bool, tmp_path: Any, m
     fake.chmod(0o755)
     monkeypatch.setattr(sandbox.shutil, "which", lambda name, path=None: str(fake))
     assert sandbox._setpriv.__wrapped__() == (str(fake) if used else None)
+
+
+@pytest.mark.parametrize(
+    "code, value",
+    [
+        ("def f():\n    return 5\nclass A:\n    def g(self):\n        return 1\nf() + A().g()", "6"),
+        ("try:\n    return [i for i in range(3)]\nfinally:\n    pass", "[0, 1, 2]"),
+        ("if True:\n    return 'early'\nprint('never')", "early"),
+        ("x = 1", None),
+    ],
+)
+async def test_a_steps_value_is_its_top_level_return_else_its_final_expression(code: str, value: str | None) -> None:
+    # The step's code is compiled from the parser's tree (`_ast`): a return inside a def or class is not the step's.
+    result = await run_step(code, [], moved, limits=LIMITS, sandbox="none")
+    assert (result.error, result.value) == (None, value)
