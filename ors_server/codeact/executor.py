@@ -116,12 +116,12 @@ class ProtocolError(Exception):
 @dataclass
 class Started:
     """A step's sandboxed process, started and waiting for its request (the child reads it before anything
-    else), and the private directory of the bare mode."""
+    else), and the private directory of the bare mode (None under bwrap, whose /tmp is a tmpfs of its own)."""
 
     process: subprocess.Popen[bytes]
     channel: anyio.abc.SocketStream
     """The protocol, both ways: one end of a Unix socket pair whose other end is the child's stdin and stdout."""
-    workdir: Path
+    workdir: Path | None
     sandbox: SandboxMode
     tmp_bytes: int
     ready: bool = False
@@ -160,19 +160,19 @@ class Started:
             finally:
                 assert self.process.stderr is not None
                 self.process.stderr.close()
-                remove_tree(self.workdir)
+                _remove(self.workdir)
 
 
 async def start_sandbox(sandbox: SandboxMode, tmp_bytes: int) -> Started:
     """Start one step's sandbox: it then waits for its request on stdin, idle (no limit is spent waiting but the
     few milliseconds of CPU its start took, which counted against RLIMIT_CPU before the pool existed too)."""
-    workdir = private_dir("codeact")
+    workdir = private_dir("codeact") if sandbox == "none" else None
     try:
         ours, theirs = socket.socketpair()
         try:
             # bwrap reads the filter once, at its start: the fd is closed as soon as the process runs.
             with closing_fd(seccomp_fd(no_fork=True) if sandbox == "bwrap" else None) as seccomp:
-                how = launch(sandbox, child_program(), str(workdir), seccomp, tmp_bytes=tmp_bytes)
+                how = launch(sandbox, child_program(), str(workdir or "/"), seccomp, tmp_bytes=tmp_bytes)
                 # `subprocess` starts it with vfork, in well under a millisecond. The event loop's own way (uvloop's,
                 # the server's loop) forks: it copies the server's page tables, which stops every call for ~10 ms.
                 process = subprocess.Popen(  # noqa: ASYNC220  (vfork: see above)
@@ -191,7 +191,7 @@ async def start_sandbox(sandbox: SandboxMode, tmp_bytes: int) -> Started:
         finally:
             theirs.close()
     except BaseException:
-        remove_tree(workdir)
+        _remove(workdir)
         raise
     try:
         with anyio.CancelScope(shield=True):
@@ -203,9 +203,14 @@ async def start_sandbox(sandbox: SandboxMode, tmp_bytes: int) -> Started:
         process.wait()  # killed: it is gone in a moment
         assert process.stderr is not None
         process.stderr.close()
-        remove_tree(workdir)
+        _remove(workdir)
         raise
     return Started(process, channel, workdir, sandbox, tmp_bytes)
+
+
+def _remove(workdir: Path | None) -> None:
+    if workdir is not None:
+        remove_tree(workdir)
 
 
 async def run_step(

@@ -7,9 +7,11 @@ are started with `subprocess` instead (vfork); the event loop only watches the s
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
+import tempfile
 from typing import Any
 
 import anyio
@@ -143,3 +145,17 @@ async def test_a_steps_value_is_its_top_level_return_else_its_final_expression(c
     # The step's code is compiled from the parser's tree (`_ast`): a return inside a def or class is not the step's.
     result = await run_step(code, [], moved, limits=LIMITS, sandbox="none")
     assert (result.error, result.value) == (None, value)
+
+
+async def test_only_the_bare_mode_makes_a_directory_on_the_host(kind: SandboxMode) -> None:
+    # Under bwrap the step's /tmp is a tmpfs inside its sandbox: a host directory would only be made and removed.
+    mine = f"ors-codeact-{os.getpid()}.*"
+    seen: list[list[str]] = []
+
+    async def look(name: str, arguments: dict[str, Any]) -> Any:
+        seen.append(glob.glob(os.path.join(tempfile.gettempdir(), mine)))
+        return "looked"
+
+    result = await run_step("look()", [ToolSpec("look")], look, limits=LIMITS, sandbox=kind)
+    assert result.error is None and len(seen) == 1
+    assert bool(seen[0]) == (kind == "none"), seen
