@@ -18,6 +18,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from ors_server.coalescing import CoalescingTransport
 from ors_server.errors import Refused
 from ors_server.faces import FaceTable
 from ors_server.settings import Settings
@@ -81,7 +82,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # Connection events.
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # A response's head and body go out in one write (`CoalescingTransport`).
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
         self._start_clock(self.header_timeout, "headers")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -103,7 +105,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._refuse_large_headers()
 
     def handle_websocket_upgrade(self) -> None:
-        self._cancel_timer()  # the WebSocket protocol takes the connection over
+        self._cancel_timer()  # the WebSocket protocol takes the connection over, and the transport itself
+        if isinstance(self.transport, CoalescingTransport):
+            self.transport = self.transport.unwrapped()
         super().handle_websocket_upgrade()
 
     # Parser callbacks.
