@@ -4,8 +4,9 @@ uvicorn writes a response's head the moment the app starts it and the body when 
 system calls for every response, where nearly every response here (an ORS call's one SSE body, a JSON answer) is
 complete within the same turn of the loop. On loopback a send also delivers the segment to the reader inside the
 call, so each is dear: sampled under load, uvicorn's two writes held the GIL for ~15% of a call's time. Writes are
-gathered and handed to the real transport once, at the end of the current turn (`loop.call_soon`), so a
-response whose body comes later (a stream) still has its head sent without waiting for it.
+gathered and handed to the real transport once: when the response is complete (the HTTP protocol flushes then),
+else at the end of the current turn (`loop.call_soon`), so a response whose body comes later (a stream) still has
+its head sent without waiting for it.
 """
 
 from __future__ import annotations

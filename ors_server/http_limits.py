@@ -104,6 +104,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self.header_bytes > self.max_header_bytes:
                 self._refuse_large_headers()
 
+    def on_response_complete(self) -> None:
+        # The response is whole: send it now rather than at the end of this turn of the loop.
+        if isinstance(self.transport, CoalescingTransport):
+            self.transport.flush()
+        super().on_response_complete()
+
     def handle_websocket_upgrade(self) -> None:
         self._cancel_timer()  # the WebSocket protocol takes the connection over, and the transport itself
         if isinstance(self.transport, CoalescingTransport):
