@@ -8,6 +8,7 @@ import re
 import sys
 import urllib.error
 import urllib.request
+from typing import Any
 
 RESULT_PREFIX = "ORS-CLIENT-RESULT "
 
@@ -16,6 +17,14 @@ def report(result: dict) -> None:
     """Print the one line the test reads; everything else on stdout is only shown on failure."""
     sys.stdout.write(RESULT_PREFIX + json.dumps(result, default=repr) + "\n")
     sys.stdout.flush()
+
+
+def step_record(result: Any) -> dict:
+    """An OpenEnv client's `StepResult` as plain JSON: observation (a model dumped), reward, done, metadata."""
+    observation = result.observation
+    if hasattr(observation, "model_dump"):
+        observation = observation.model_dump(mode="json")
+    return {"observation": observation, "reward": result.reward, "done": result.done, "metadata": result.metadata}
 
 
 API_KEY = os.environ.get("ORS_TEST_API_KEY")

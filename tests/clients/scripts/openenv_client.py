@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any
 
-from _common import API_KEY, live_sessions, ping_status, report
+from _common import API_KEY, live_sessions, ping_status, report, step_record
 from openenv.core import GenericEnvClient, MCPToolClient
 from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 
@@ -43,13 +43,6 @@ def live_once_settled(ors_url: str, expected: int = 0, timeout: float = 10.0) ->
 
 def move(action: str) -> dict:
     return {"type": "call_tool", "tool_name": "lake_move", "arguments": {"action": action}}
-
-
-def step_record(result: Any) -> dict:
-    observation = result.observation
-    if hasattr(observation, "model_dump"):
-        observation = observation.model_dump(mode="json")
-    return {"observation": observation, "reward": result.reward, "done": result.done, "metadata": result.metadata}
 
 
 def error_record(exc: BaseException) -> dict:

@@ -16,7 +16,7 @@ import sys
 import traceback
 from typing import Any
 
-from _common import report
+from _common import report, step_record
 
 
 class NoWebInterface:
@@ -32,13 +32,6 @@ sys.meta_path.insert(0, NoWebInterface())  # type: ignore[arg-type]
 
 from openenv.core import GenericEnvClient, MCPToolClient  # noqa: E402
 from openenv.core.env_server.mcp_types import CallToolAction  # noqa: E402
-
-
-def record(result: Any) -> dict:
-    observation = result.observation
-    if hasattr(observation, "model_dump"):
-        observation = observation.model_dump(mode="json")
-    return {"observation": observation, "reward": result.reward, "done": result.done, "metadata": result.metadata}
 
 
 def masked(state: Any) -> dict:
@@ -65,16 +58,16 @@ def the_sum(question: str) -> int:
 async def guess(url: str) -> dict:
     out: dict[str, Any] = {}
     async with GenericEnvClient(base_url=url) as env:
-        out["reset"] = record(await env.reset(seed=3))
+        out["reset"] = step_record(await env.reset(seed=3))
         # The target of seed 3 is 8: two misses, the hit, then a step after done (the class answers it).
-        out["steps"] = [record(await env.step({"guess": guess})) for guess in (10, 5, 8, 12)]
+        out["steps"] = [step_record(await env.step({"guess": guess})) for guess in (10, 5, 8, 12)]
         out["state"] = masked(await env.state())
         try:
             await env.step({"guess": 99})
         except RuntimeError as exc:
             out["invalid"] = failure(exc)
-        out["reset_kwargs"] = record(await env.reset(seed=1, episode_id="ep-9", target=7, ignored="x"))
-        out["hit"] = record(await env.step({"guess": 7, "metadata": {"from": "client"}}))
+        out["reset_kwargs"] = step_record(await env.reset(seed=1, episode_id="ep-9", target=7, ignored="x"))
+        out["hit"] = step_record(await env.step({"guess": 7, "metadata": {"from": "client"}}))
         out["state_after"] = masked(await env.state())
     return out
 
@@ -83,18 +76,20 @@ async def arith(url: str) -> dict:
     out: dict[str, Any] = {}
     async with GenericEnvClient(base_url=url) as env:
         reset = await env.reset(seed=3)
-        out["reset"] = record(reset)
+        out["reset"] = step_record(reset)
         answer = the_sum(reset.observation["question"])
-        out["list_tools"] = record(await env.step({"type": "list_tools"}))
-        out["add"] = record(await env.step(call_tool("add", a=2, b=3)))
-        out["fail"] = record(await env.step(call_tool("fail", reason="on purpose")))
-        out["bad_args"] = record(await env.step(call_tool("add", a="x")))
-        out["submit"] = record(await env.step(call_tool("submit", answer=answer)))
-        out["after_done"] = record(await env.step(call_tool("add", a=1, b=1)))
+        out["list_tools"] = step_record(await env.step({"type": "list_tools"}))
+        out["add"] = step_record(await env.step(call_tool("add", a=2, b=3)))
+        out["fail"] = step_record(await env.step(call_tool("fail", reason="on purpose")))
+        out["bad_args"] = step_record(await env.step(call_tool("add", a="x")))
+        out["submit"] = step_record(await env.step(call_tool("submit", answer=answer)))
+        out["after_done"] = step_record(await env.step(call_tool("add", a=1, b=1)))
         out["state"] = masked(await env.state())
     async with GenericEnvClient(base_url=url) as env:
         reset = await env.reset(seed=4)
-        out["wrong"] = record(await env.step(call_tool("submit", answer=the_sum(reset.observation["question"]) + 1)))
+        out["wrong"] = step_record(
+            await env.step(call_tool("submit", answer=the_sum(reset.observation["question"]) + 1))
+        )
     return out
 
 
@@ -102,7 +97,7 @@ async def arith_mcp(url: str) -> dict:
     out: dict[str, Any] = {}
     async with MCPToolClient(base_url=url) as env:
         reset = await env.reset(seed=5)
-        out["reset"] = record(reset)
+        out["reset"] = step_record(reset)
         out["tools"] = [tool.model_dump(mode="json") for tool in await env.list_tools()]
         out["add"] = await env.call_tool("add", a=20, b=22)
         out["submit"] = await env.call_tool("submit", answer=the_sum(reset.observation.question))
@@ -110,7 +105,7 @@ async def arith_mcp(url: str) -> dict:
             await env.call_tool("fail", reason="mcp")
         except RuntimeError as exc:
             out["fail"] = failure(exc)
-        out["step"] = record(await env.step(CallToolAction(tool_name="add", arguments={"a": 1, "b": 2})))
+        out["step"] = step_record(await env.step(CallToolAction(tool_name="add", arguments={"a": 1, "b": 2})))
     return out
 
 
