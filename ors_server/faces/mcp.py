@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -649,7 +650,7 @@ class McpFace:
                 binding.plain_calls.add(waiting)  # `close` cancels it, as the SDK ends its requests at a DELETE
                 try:
                     result = await self._tool_result(
-                        call.params, shown, lambda: self._bound_session(binding), self._plain_run(call.params)
+                        call.params, shown, lambda: self._bound_session(binding), self._runner(call.params)
                     )
                 finally:
                     binding.plain_calls.discard(waiting)
@@ -660,7 +661,8 @@ class McpFace:
 
         return answerer
 
-    def _plain_run(self, params: types.CallToolRequestParams) -> Callable[[Session], Awaitable[CallResult]]:
+    def _runner(self, params: types.CallToolRequestParams) -> Callable[[Session], Awaitable[CallResult]]:
+        """What runs the call in the episode it is given (no progress reports)."""
         return lambda session: self.calls.call(session, params.name, params.arguments, face="mcp")
 
     # MCP handlers.
@@ -726,12 +728,9 @@ class McpFace:
         if ctx.request is not None:  # for the access log
             ctx.request.state.tool = shown
         token = _progress_token(ctx)
-        run = self._plain_run(params)
+        run = self._runner(params)
         if token is not None:
-
-            async def run(session: Session) -> CallResult:
-                return await self._call_with_progress(ctx, session, params, token)
-
+            run = functools.partial(self._call_with_progress, ctx, params=params, token=token)
         return await self._tool_result(params, shown, lambda: self._session_for(ctx), run)
 
     async def _tool_result(
