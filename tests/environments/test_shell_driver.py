@@ -52,6 +52,13 @@ async def run(shell: BashDriver, command: str, within: float = 10) -> CommandRes
         return await shell.run(command)
 
 
+def appears(path: Path, within: float = 10) -> bool:
+    deadline = time.monotonic() + within
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return path.exists()
+
+
 def test_markers_are_found_across_any_split_of_the_stream() -> None:
     stream = b"hello\n__ors_t0k3n:7:/work/a dir\0after"
     for size in (1, 2, 3, 5, 8, len(stream)):
@@ -138,12 +145,11 @@ async def test_exit_starts_a_new_shell(driver: BashDriver) -> None:
     assert (await run(driver, "echo alive")).stdout == "alive\n"
 
 
-async def test_output_written_after_a_command_ended_goes_to_the_next_one(driver: BashDriver) -> None:
-    await run(driver, "(sleep 0.2; echo late) &")
-    with anyio.fail_after(10):
-        while "late" not in (result := await driver.run("sleep 0.1; echo now")).stdout:
-            assert result.stdout == "now\n"
-    assert result.stdout.endswith("now\n")
+async def test_output_written_after_a_command_ended_goes_to_the_next_one(driver: BashDriver, workdir: Path) -> None:
+    await run(driver, "(sleep 0.2; echo late; touch late-written) &")
+    # Wait with no command running, so that "late" cannot land in the middle of the next command's own output.
+    assert await anyio.to_thread.run_sync(appears, workdir / "late-written")
+    assert (await run(driver, "echo now")).stdout == "late\nnow\n"
 
 
 async def test_closing_during_a_command_ends_it(driver: BashDriver, workdir: Path) -> None:
