@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ors_server import Environment, Split, StdioServer, TextBlock, ToolOutput, tool
+from ors_server import Environment, InvalidTaskSpec, Split, StdioServer, TextBlock, ToolOutput, tool
 
 SIZES = {"train": 50, "test": 20}
 
@@ -55,6 +55,12 @@ class Calculator(Environment):
     @classmethod
     def list_tasks(cls, split: str) -> list[dict[str, Any]]:
         return [_task(split, index) for index in range(SIZES[split])]
+
+    async def setup(self) -> None:
+        spec = self.task_spec if isinstance(self.task_spec, dict) else {}
+        answer = spec.get("answer")
+        if not (isinstance(spec.get("question"), str) and isinstance(answer, int) and not isinstance(answer, bool)):
+            raise InvalidTaskSpec('a calculator task spec is {"question": str, "answer": int}')
 
     def get_prompt(self) -> list[TextBlock]:
         return [

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
 
-from ors_server import Environment, Split, TextBlock, ToolOutput, tool
+from ors_server import Environment, InvalidTaskSpec, Split, TextBlock, ToolOutput, tool
 
 
 def _load() -> dict[str, list[dict[str, Any]]]:
@@ -61,7 +61,12 @@ class Math(Environment):
     def list_tasks(cls, split: str) -> list[dict[str, Any]]:
         return TASKS[split]
 
-    # Both are quick and never block: `async def` runs them on the event loop, without a thread hop each.
+    # These are quick and never block: `async def` runs them on the event loop, without a thread hop each.
+
+    async def setup(self) -> None:
+        spec = self.task_spec
+        if not (isinstance(spec, dict) and isinstance(spec.get("question"), str) and "answer" in spec):
+            raise InvalidTaskSpec('a math task spec is {"question": str, "answer": str or number, ...}')
 
     async def get_prompt(self) -> list[TextBlock]:
         return [

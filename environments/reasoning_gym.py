@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
 
-from ors_server import Environment, Split, TextBlock, ToolOutput, tool
+from ors_server import Environment, InvalidTaskSpec, Split, TextBlock, ToolOutput, tool
 
 PREFIX = "reasoning-gym:"
 INSTALL_HINT = "reasoning-gym is not installed: pip install 'ors-server[reasoning-gym]'"
@@ -106,7 +106,7 @@ class Source:
                 if _is_int(index):
                     if not 0 <= index < self.sizes[split]:
                         last = self.sizes[split] - 1
-                        raise ValueError(f"task index {index} is outside split '{split}' (0 to {last})")
+                        raise InvalidTaskSpec(f"task index {index} is outside split '{split}' (0 to {last})")
                     if split not in self._splits:
                         self._splits[split] = self.make(self.sizes[split], self.seeds[split])
                     return self._splits[split], self._splits[split][index]
@@ -120,7 +120,7 @@ class Source:
                         self._seeded.popitem(last=False)
                 return self._seeded[seed], self._seeded[seed][0]
         splits = " or ".join(f"'{name}'" for name in self.sizes)
-        raise ValueError(
+        raise InvalidTaskSpec(
             f'a reasoning-gym task spec is {{"split": {splits}, "index": N}} or {{"seed": N}} (N >= 0), '
             f"not {json.dumps(task_spec)[:200]}"
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports each on first use
     from ors_server.compose import HttpServer, StdioServer
-    from ors_server.environment import Environment, tool
+    from ors_server.environment import Environment, InvalidTaskSpec, tool
     from ors_server.gym import GymEnvironment
     from ors_server.server import Server
     from ors_server.types import Blocks, ImageBlock, Split, TextBlock, ToolOutput
@@ -25,6 +25,7 @@ _HOMES = {
     "GymEnvironment": "ors_server.gym",
     "HttpServer": "ors_server.compose.servers",
     "ImageBlock": "ors_server.types",
+    "InvalidTaskSpec": "ors_server.environment",
     "Server": "ors_server.server",
     "Split": "ors_server.types",
     "StdioServer": "ors_server.compose.servers",
@@ -40,6 +41,7 @@ __all__ = [
     "GymEnvironment",
     "HttpServer",
     "ImageBlock",
+    "InvalidTaskSpec",
     "Server",
     "Split",
     "StdioServer",

@@ -100,6 +100,12 @@ PROGRESS_REPORTER: ContextVar[Callable[[float, float | None, str | None], None] 
 """Set by the call pipeline around a tool run whose caller asked for progress (read by `report_progress`)."""
 
 
+class InvalidTaskSpec(ValueError):
+    """Raise it from `__init__` or `setup()` when the session's task spec names no task of yours (a missing key,
+    an index outside its split). The client sent the spec, so every face answers the session's requests with a
+    400 carrying your message, where any other exception in setup is the server's 500."""
+
+
 class Environment:
     """One episode of a task. Subclass it, give it splits, tasks, a prompt and `@tool` methods.
 

@@ -6,6 +6,7 @@
     │   ├── InvalidSplit
     │   ├── InvalidIndex
     │   ├── InvalidTask          `task_from_seed` found no task for the seed and config
+│   ├── TaskRejected         the environment's setup raised `InvalidTaskSpec`: the client's task spec names no task
     │   ├── SessionExists
     │   └── WrongEnvironment     a session addressed through another environment's path
     ├── Refused                  refused before any face ran: auth (401), body size (413), a transport's own checks
@@ -66,6 +67,10 @@ class InvalidIndex(BadRequest):
 
 
 class InvalidTask(BadRequest):
+    pass
+
+
+class TaskRejected(BadRequest):
     pass
 
 

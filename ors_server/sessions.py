@@ -41,7 +41,7 @@ from ors_server.codeact.pool import SandboxPool
 from ors_server.codeact.sandbox import sandbox_mode
 from ors_server.compose.catalogue import Catalogue
 from ors_server.compose.toolbox import Toolbox
-from ors_server.environment import Environment
+from ors_server.environment import Environment, InvalidTaskSpec
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
@@ -55,6 +55,7 @@ from ors_server.errors import (
     SessionStarting,
     SetupFailed,
     ShuttingDown,
+    TaskRejected,
     TaskTooLarge,
     WrongEnvironment,
 )
@@ -93,6 +94,8 @@ class Episode:
     """The connections to the environment's MCP tool servers, open from before setup to after teardown."""
     state: State = State.SETTING_UP
     setup_error: str | None = None
+    task_rejected: bool = False
+    """Setup raised `InvalidTaskSpec`: the failure is the client's task spec (400), not the server's (500)."""
     ready: LazyEvent = field(default_factory=LazyEvent)
     """Set once setup has ended (either way), or the episode was ended before that."""
     built: bool = False
@@ -122,6 +125,12 @@ class Episode:
     @property
     def finished(self) -> bool:
         return self.state is State.FINISHED
+
+    def setup_failure(self) -> TaskRejected | SetupFailed:
+        """What a request to this episode gets once its setup has failed."""
+        if self.task_rejected:
+            return TaskRejected(f"invalid task spec: {self.setup_error}")
+        return SetupFailed(self.setup_error or "setup failed")
 
 
 @dataclass(eq=False)
@@ -497,7 +506,8 @@ class SessionStore:
         return SessionExpired(self.settings.session_timeout) if how == "reaped" else SessionDeleted()
 
     async def get_ready(self, session_id: str, env_name: str | None = None) -> Session:
-        """Like `get`, but waits (boundedly) for setup to finish. Raises SessionStarting or SetupFailed."""
+        """Like `get`, but waits (boundedly) for setup to finish. Raises SessionStarting, or what a failed setup
+        gives (`Episode.setup_failure`)."""
         session = self.get(session_id, env_name)
         episode = session.episode
         if not episode.ready.is_set():
@@ -513,7 +523,7 @@ class SessionStore:
             if not episode.ready.is_set():
                 raise SessionStarting()
         if episode.state is State.SETUP_FAILED:
-            raise SetupFailed(episode.setup_error or "setup failed")
+            raise episode.setup_failure()
         return session
 
     def spawn(self, function: Callable[..., Any], *args: Any) -> None:
@@ -564,12 +574,17 @@ class SessionStore:
                     await episode.env.setup()
         except Exception as exc:
             episode.state = State.SETUP_FAILED
-            episode.setup_error = session.redact(_describe(exc))
+            episode.task_rejected = isinstance(exc, InvalidTaskSpec)
+            episode.setup_error = session.redact(str(exc) if episode.task_rejected else _describe(exc))
             self.counts["setup_failed"] += 1
             if not episode.ended:  # an episode ended while it started failed no one, and was reported ended then
                 self._tell("episode_ended", session, episode, "setup_failed")
-                logger.warning(
-                    "setup failed: %s", episode.setup_error, extra={"session_id": session.id, "env": session.env_name}
+                # A task spec the environment refused is the client's mistake, not the server's: no warning.
+                logger.log(
+                    logging.INFO if episode.task_rejected else logging.WARNING,
+                    "setup failed: %s",
+                    episode.setup_error,
+                    extra={"session_id": session.id, "env": session.env_name},
                 )
             if episode.toolbox is not None:  # the episode cannot run: its tool servers are not kept waiting
                 await episode.toolbox.close(self.settings.teardown_timeout)

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from ors_server import InvalidTaskSpec
 from ors_server.sandbox import AGENT_ID, Resources, bwrap_argv, optional_flags, root_dirs, seccomp_fd, spawn_ids
 
 logger = logging.getLogger("ors_server.environments.shell")
@@ -75,7 +76,7 @@ def choose_sandbox(asked: object) -> Sandbox:
     if operator not in ("bwrap", "none"):
         raise ValueError(f"{SANDBOX_VARIABLE} must be 'bwrap' or 'none', got {operator!r}")
     if asked not in (None, "", "none", "bwrap"):
-        raise ValueError(f"task_spec 'sandbox' must be 'bwrap' or 'none', got {asked!r}")
+        raise InvalidTaskSpec(f"task_spec 'sandbox' must be 'bwrap' or 'none', got {asked!r}")
     return "bwrap" if "bwrap" in (operator, asked) else "none"
 
 

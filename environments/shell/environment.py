@@ -19,7 +19,7 @@ from environments.shell.confinement import (
 )
 from environments.shell.driver import BashDriver
 from environments.shell.exercises import EXERCISES, TEST, TRAIN, Workdir
-from ors_server import Environment, TextBlock, ToolOutput, tool
+from ors_server import Environment, InvalidTaskSpec, TextBlock, ToolOutput, tool
 from ors_server.sandbox import mount_tmpfs, private_dir, remove_tree
 
 MAX_COMMAND_CHARS = 100_000
@@ -48,10 +48,12 @@ class Shell(Environment):
         super().__init__(task_spec, secrets)
         exercise = EXERCISES.get(self.task_spec.get("id"))  # type: ignore[arg-type]
         if exercise is None:
-            raise ValueError(f"task_spec 'id' must name an exercise, one of {sorted(EXERCISES)}")
+            raise InvalidTaskSpec(f"task_spec 'id' must name an exercise, one of {sorted(EXERCISES)}")
         timeout = self.task_spec.get("command_timeout", self.command_timeout)
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= 600:
-            raise ValueError(f"task_spec 'command_timeout' must be a number of seconds in (0, 600], got {timeout!r}")
+            raise InvalidTaskSpec(
+                f"task_spec 'command_timeout' must be a number of seconds in (0, 600], got {timeout!r}"
+            )
         self.sandbox = choose_sandbox(self.task_spec.get("sandbox"))
         if self.sandbox == "bwrap":
             problem = bwrap_problem()

@@ -220,9 +220,9 @@ def test_without_the_extra_serve_says_how_to_install_it_in_one_line_and_exits_2(
 def test_a_task_spec_outside_the_splits_fails_that_session_only(client: httpx.Client) -> None:
     episode = Episode(client, "chain_sum", {"split": "train", "index": SIZE})
     response = client.get("/chain_sum/prompt", headers=episode.headers)
-    assert response.status_code == 500 and "outside split 'train'" in response.json()["detail"]
-    bad = Episode(client, "chain_sum", {"question": "x"})
-    assert 'is {"split": ' in client.get("/chain_sum/prompt", headers=bad.headers).json()["detail"]
+    assert response.status_code == 400 and "outside split 'train'" in response.json()["detail"]
+    bad = client.get("/chain_sum/prompt", headers=Episode(client, "chain_sum", {"question": "x"}).headers)
+    assert bad.status_code == 400 and 'is {"split": ' in bad.json()["detail"]
     assert Episode(client, "chain_sum", {"seed": 1}).prompt()
 
 

@@ -18,7 +18,7 @@ from environments.math import Math
 from environments.shell import EXERCISES, TEST, TRAIN, Shell
 from environments.shell.confinement import _working_bwrap_flags, bwrap_problem
 from ors_server.calls import Progress, ToolCrashed, ToolRejected
-from ors_server.errors import SetupFailed
+from ors_server.errors import SetupFailed, TaskRejected
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput
 from tests.environments.shell_helpers import (
@@ -285,10 +285,10 @@ async def test_prompt_states_the_exercise_and_the_tools() -> None:
         assert "bash tool" in block.text and "submit" in block.text
 
 
-async def test_unknown_exercise_fails_setup() -> None:
+async def test_an_unknown_exercise_is_a_refused_task_spec() -> None:
     async with StoreWithCalls(Settings()).run() as store:
         store.create("s", Shell, {"id": "nope"})
-        with pytest.raises(SetupFailed, match="must name an exercise"):
+        with pytest.raises(TaskRejected, match="must name an exercise"):
             await store.get_ready("s")
 
 

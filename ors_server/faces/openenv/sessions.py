@@ -12,7 +12,7 @@ import anyio
 from ors_server import ids
 from ors_server.calls import Calls
 from ors_server.environment import Environment
-from ors_server.errors import BadRequest, NotFound, OrsError, SessionDeleted, SetupFailed
+from ors_server.errors import BadRequest, NotFound, OrsError, SessionDeleted
 from ors_server.faces.openenv.wire import CREATED_BY, FrameError, ResetRequest, unknown_session
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore, State
@@ -123,7 +123,7 @@ class OpenEnvFace:
         config = request.config() or (None if request.seed is None or session.config is not None else {})
         await self.store.reset(session, request.seed, config)
         if session.state is State.SETUP_FAILED:
-            raise SetupFailed(session.episode.setup_error or "setup failed")
+            raise session.episode.setup_failure()
         if session.state is State.DELETED:
             raise SessionDeleted()
 
