@@ -5,6 +5,7 @@ ended `worker_lost` rather than left live forever."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import time
@@ -104,3 +105,27 @@ def test_workers_record_to_one_file_the_front_reads_it_and_a_lost_workers_episod
             # The events of an ended episode replay through the front too: its call, then its end.
             replay = client.get(f"/episodes/{gone[0]}/events").text
             assert replay.count("event: call") == 1 and "worker_lost" in replay.split("event: end", 1)[1]
+
+
+def test_behind_two_fronts_each_episode_is_recorded_once_and_every_front_lists_them_all(tmp_path: Path) -> None:
+    records = tmp_path / "episodes.db"
+    close = {"Connection": "close"}  # every request on a connection of its own: the kernel picks its front
+    with deployment(tmp_path, "--env", "math", "--records", str(records), workers=2, fronts=2) as running:
+        with httpx.Client(base_url=running.url, timeout=30, headers=close) as client:
+            sids = [f"f-{n}" for n in range(6)]
+            for sid in sids:
+                create(client, sid, "run=fronts")
+                submit(client, sid)
+            seen_fronts = set()
+            for _ in range(30):
+                listed = client.get("/episodes", params={"label.run": "fronts"}).json()["episodes"]
+                if len(listed) == 6 and all(e["steps"] == 1 for e in listed):
+                    assert sorted(e["id"] for e in listed) == sids
+                    metrics = client.get("/metrics").text
+                    seen_fronts.add(re.search(r'ors_front_info\{front="(\d+)"', metrics)[1])  # type: ignore[index]
+                else:
+                    time.sleep(0.1)  # not all written yet (within a second): another process, no event to wait on
+            assert seen_fronts == {"0", "1"}
+    with sqlite3.connect(records) as db:
+        rows = db.execute("SELECT id, calls FROM ors_episodes WHERE id LIKE 'f-%' ORDER BY id").fetchall()
+    assert rows == [(sid, 1) for sid in sids]
