@@ -57,8 +57,6 @@ Results
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 from collections import Counter
@@ -83,7 +81,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server import wirejson
-from ors_server.calls import CallResult, Calls, Progress, ToolCrashed, ToolRejected
+from ors_server.calls import CallResult, Calls, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -99,6 +97,7 @@ from ors_server.faces import Core, Face
 from ors_server.faces.mcp_plain_call import answer, held, negotiated_version, plain_call
 from ors_server.faces.tagging import public_id, tagged_transport
 from ors_server.ids import split, worker_tag
+from ors_server.progress import ProgressFeed
 from ors_server.records.labels import HEADER as LABELS_HEADER
 from ors_server.records.labels import checked, merged
 from ors_server.records.labels import parse_header as parse_labels
@@ -766,48 +765,30 @@ class McpFace:
     ) -> CallResult:
         """Run the call, forwarding its progress reports as `notifications/progress` until it ends.
 
-        Reports come from the tool's thread, so they cross to the event loop through a bounded buffer; a client
-        slower than the tool loses reports (each is a snapshot; the result never waits for them). A 2026-07-28
+        Reports come from the tool's thread, so they cross to the event loop through a `ProgressFeed`; a client
+        slower than the tool loses the oldest (each is a snapshot; the result never waits for them). A 2026-07-28
         request that accepts an event stream gets them on its own response stream, in either era (see `open` and
         `forward`); one answered in JSON, on its session's standalone stream (the GET the client keeps open), where
         the client matches them by token.
         """
-        loop = asyncio.get_running_loop()
-        sender, receiver = anyio.create_memory_object_stream[Progress](PROGRESS_BUFFER)
-
-        def offer(report: Progress) -> None:
-            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
-                sender.send_nowait(report)
-
-        def listener(report: Progress) -> None:  # any thread
-            with contextlib.suppress(RuntimeError):  # the loop has closed (shutdown): nobody to tell
-                loop.call_soon_threadsafe(offer, report)
-
+        feed = ProgressFeed()
         # On the request's own event stream when it is answered by one; else on the session's standalone stream.
         request = ctx.request
         streamed = request is not None and request.scope.get(STREAMED_SCOPE_KEY) is True
         related = str(ctx.request_id) if streamed and ctx.request_id is not None else None
-
-        async def forward() -> None:
-            async with receiver:
-                async for report in receiver:
-                    try:
-                        await ctx.session.send_progress_notification(
-                            token, report.done, report.total, report.message, related_request_id=related
-                        )
-                    except Exception:  # the client went away: the call goes on without its progress
-                        logger.debug("progress notification not sent", exc_info=True)
-                        return
-
-        call = self.calls.start(session, params.name, params.arguments, face="mcp", progress=listener)
-        async with anyio.create_task_group() as forwarding:
-            forwarding.start_soon(forward)
-            try:
-                result = await call.wait()
-            finally:
-                # Reports the loop has yet to hand over are queued behind this: they still go out, then it ends.
-                loop.call_soon_threadsafe(sender.close)
-        return result
+        call = self.calls.start(session, params.name, params.arguments, face="mcp", progress=feed)
+        while True:  # until the call has ended and its last reports are sent
+            await feed.next_or_end(call)
+            for report in feed.take():
+                try:
+                    await ctx.session.send_progress_notification(
+                        token, report.done, report.total, report.message, related_request_id=related
+                    )
+                except Exception:  # the client went away: the call goes on without its progress
+                    logger.debug("progress notification not sent", exc_info=True)
+                    return await call.wait()
+            if call.result is not None:
+                return call.result
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -909,10 +890,6 @@ class _NoEpisode(Exception):
 
 class _Unnamed(_NoEpisode):
     """A sessionless (2026-07-28) request that names no episode at all (a JSON-RPC error for `tools/call`)."""
-
-
-PROGRESS_BUFFER = 64
-"""Progress reports of one call waiting to be sent; more are dropped until the client catches up."""
 
 
 def _progress_token(ctx: ServerRequestContext[Any, Any]) -> str | int | None:

@@ -9,13 +9,10 @@ endpoints, for the default environment on discovery endpoints.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import contextlib
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -26,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ors_server import ids, sse, wirejson
-from ors_server.calls import CallResult, Calls, Progress, ToolCall, ToolCrashed, ToolRejected
+from ors_server.calls import CallResult, Calls, ToolCall, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
     BadRequest,
@@ -37,6 +34,7 @@ from ors_server.errors import (
 )
 from ors_server.faces import Core, Face
 from ors_server.faces.openapi import Endpoint, openapi_document
+from ors_server.progress import ProgressFeed
 from ors_server.records.labels import HEADER as LABELS_HEADER
 from ors_server.records.labels import parse_header as parse_labels
 from ors_server.registry import Registry
@@ -46,8 +44,6 @@ from ors_server.types import Blocks, Split, ToolOutput
 
 logger = logging.getLogger("ors_server.ors")
 
-PROGRESS_KEPT = 64
-"""Progress reports of a streaming call kept until its stream takes them."""
 FAST_ANSWER_WAIT = 0.5
 """Seconds a call may take and still be answered in one response rather than streamed."""
 ORS_REASONS = {"not_found", "name_collision", "input_validation", "episode_finished"}
@@ -175,66 +171,28 @@ async def _get_task(store: SessionStore, env_cls: type[Environment], split: str,
 
 
 async def _stream_call(
-    session: Session, running: ToolCall, reports: ProgressReports, keepalive: float
+    session: Session, running: ToolCall, feed: ProgressFeed, keepalive: float
 ) -> AsyncIterator[bytes]:
     yield sse.event("task_id", running.id).encode()
     while running.result is None:
         with anyio.move_on_after(keepalive):
-            await reports.next_or_end(running)
-        news = reports.events()
+            await feed.next_or_end(running)
+        news = progress_events(feed)
         if news:
             yield b"".join(event.encode() for event in news)
         elif running.result is None:
             yield sse.keepalive()
     session.touch()
-    yield b"".join(event.encode() for event in [*reports.events(), *render_result(running.result)])
+    yield b"".join(event.encode() for event in [*progress_events(feed), *render_result(running.result)])
 
 
-class ProgressReports:
-    """The progress reports of one ORS call, as `progress` events on its stream (`{"progress", "total",
-    "message"}`, which the official clients skip). Reports come from the tool's thread; the latest
-    `PROGRESS_KEPT` wait for the stream, older ones are dropped (each report is a snapshot)."""
-
-    def __init__(self) -> None:
-        self._reports: deque[Progress] = deque(maxlen=PROGRESS_KEPT)
-        self._arrived: anyio.Event | None = None
-        """Made only while a streamed call waits (most calls end in one answer and never wait on it)."""
-        self._loop = asyncio.get_running_loop()
-
-    def __call__(self, report: Progress) -> None:  # any thread
-        self._reports.append(report)
-        with contextlib.suppress(RuntimeError):  # the loop has closed (shutdown): nobody to tell
-            self._loop.call_soon_threadsafe(self._wake)
-
-    def _wake(self) -> None:
-        if self._arrived is not None:
-            self._arrived.set()
-
-    def events(self) -> list[ServerSentEvent]:
-        """The reports not yet sent, as events."""
-        events = []
-        while self._reports:
-            report = self._reports.popleft()
-            data = {"progress": report.done, "total": report.total, "message": report.message}
-            events.append(sse.event("progress", sse.to_json(data)))
-        return events
-
-    async def next_or_end(self, running: ToolCall) -> None:
-        """Wait until a report arrives or the call ends."""
-        if self._reports:
-            return
-        arrived = self._arrived = anyio.Event()  # a report appended from here on wakes it (`_wake` runs after)
-        try:
-            async with anyio.create_task_group() as waiting:
-
-                async def until(wait: Callable[[], Awaitable[Any]]) -> None:
-                    await wait()
-                    waiting.cancel_scope.cancel()
-
-                waiting.start_soon(until, running.wait)
-                waiting.start_soon(until, arrived.wait)
-        finally:
-            self._arrived = None
+def progress_events(feed: ProgressFeed) -> list[ServerSentEvent]:
+    """The reports not yet sent, as `progress` events (`{"progress", "total", "message"}`, which the official
+    clients skip)."""
+    return [
+        sse.event("progress", sse.to_json({"progress": report.done, "total": report.total, "message": report.message}))
+        for report in feed.take()
+    ]
 
 
 def render_result(result: CallResult) -> list[ServerSentEvent]:
@@ -386,20 +344,20 @@ class OrsFace:
         session = await store.get_ready(sid, env_name)
         request.state.tool = session.redact(body.name)  # for the access log: any string, a secret value too
         request.state.env = session.env_name
-        reports = ProgressReports()
+        feed = ProgressFeed()
         if body.task_id is not None:
             running = calls.find(session, body.task_id)
             if running is None:
                 return sse.complete([sse.event("error", "unknown task_id")])
         else:
-            running = calls.start(session, body.name, body.input, face="ors", progress=reports)
+            running = calls.start(session, body.name, body.input, face="ors", progress=feed)
         keepalive = store.settings.sse_keepalive
         # Most calls end within milliseconds: answer those in one response, and stream only the slow ones.
         result = await running.wait_at_most(min(FAST_ANSWER_WAIT, keepalive))
         if result is not None:
             session.touch()
-            return sse.complete([sse.event("task_id", running.id), *reports.events(), *render_result(result)])
-        return sse.stream(_stream_call(session, running, reports, keepalive))
+            return sse.complete([sse.event("task_id", running.id), *progress_events(feed), *render_result(result)])
+        return sse.stream(_stream_call(session, running, feed, keepalive))
 
 
 # Errors: one renderer from the domain tree to `{"detail": ...}`.
