@@ -22,6 +22,7 @@
     │   ├── CapacityReached      --max-sessions live sessions already
     │   ├── SessionBusy          a timed-out tool call still runs in the session
     │   ├── ToolServerUnavailable  a composed MCP tool server did not start or list its tools in time
+    │   ├── StreamsFull          --records-streams episode event streams already open
     │   └── ShuttingDown
     ├── SetupFailed              setup() raised; the session stays until deleted (500)
     └── ReadFailed               the environment raised while the store read its prompt or first observation (500)
@@ -164,6 +165,11 @@ class SessionStarting(Unavailable):
 class CapacityReached(Unavailable):
     def __init__(self, limit: int) -> None:
         super().__init__(f"server is at its limit of {limit} live sessions")
+
+
+class StreamsFull(Unavailable):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"server is at its limit of {limit} open episode event streams")
 
 
 class SessionBusy(Unavailable):

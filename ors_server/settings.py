@@ -356,6 +356,14 @@ class Records:
     )
     """Items (episode starts and ends, calls) queued for the database writer at most; past it tool calls wait
     before they are admitted, and `ors_records_wait_seconds_total` counts the wait."""
+    records_streams: int = setting(
+        256,
+        "event streams of episodes (/episodes/{id}/events) open at once at most, per process; past it 503",
+        rule="at_least_1",
+        metavar="N",
+    )
+    """Event streams a process keeps open at once (each holds a connection, and a live episode's is read again
+    whenever something of it is recorded); past it a new one is refused with 503 and `Retry-After`."""
 
 
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {

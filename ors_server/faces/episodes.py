@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from ors_server import sse
-from ors_server.errors import BadRequest, NotFound, OrsError
+from ors_server.errors import BadRequest, NotFound, OrsError, StreamsFull
 from ors_server.faces import Core, Face
 from ors_server.records.labels import checked
 from ors_server.records.reading import DEFAULT_LIMIT, FORMATS, MAX_LIMIT, Filters, Reader
@@ -70,9 +71,12 @@ async def show_episode(request: Request) -> Response:
 async def episode_events(request: Request) -> Response:
     reader = _reader(request)
     episode_id = request.path_params["episode_id"]
-    if await reader.episode(episode_id) is None:
+    if await reader.episode(episode_id, with_calls=False) is None:
         raise NotFound("no such episode")
-    keepalive = request.app.state.settings.sse_keepalive
+    settings = request.app.state.settings
+    if reader.streams >= settings.records_streams:
+        raise StreamsFull(settings.records_streams)
+    keepalive = settings.sse_keepalive
     store = request.app.state.store
 
     async def stream() -> AsyncIterator[bytes]:
@@ -88,7 +92,23 @@ async def episode_events(request: Request) -> Response:
                 yield sse.event(kind, sse.to_json(data)).encode()
             last = time.monotonic()
 
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=sse.HEADERS)
+    return CountedStream(reader, stream())
+
+
+class CountedStream(StreamingResponse):
+    """An event stream counted in `Reader.streams` from its making (no await in between: the check above is
+    exact) until it is done, whether or not it ever started (a client gone before it did)."""
+
+    def __init__(self, reader: Reader, content: AsyncIterator[bytes]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=sse.HEADERS)
+        self.reader = reader
+        reader.streams += 1
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.reader.streams -= 1
 
 
 async def export(request: Request) -> Response:

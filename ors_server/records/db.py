@@ -33,6 +33,8 @@ DEFAULT_FILE = "ors-episodes.db"
 ENV_VARIABLE = "ORS_RECORDS"
 """Where records go when `--records` is not given (the tests point it at a temporary file)."""
 BUSY_TIMEOUT_MS = 10_000
+MARKS_PER_QUERY = 500
+"""Episode keys per query of `Database.marks` (under SQLite's and PostgreSQL's limits on parameters)."""
 STALE_WRITER = 60.0
 """Seconds without a heartbeat after which a writer on another host is taken for dead (its episodes
 `worker_lost`); a writer on this host is known dead at once when its pid is gone."""
@@ -364,6 +366,17 @@ class Database:
     def state(self, key: str) -> dict[str, Any] | None:
         rows = self.rows(f"SELECT {EPISODE_COLUMNS} FROM ors_episodes WHERE key = ?", (key,))
         return rows[0] if rows else None
+
+    def marks(self, keys: Sequence[str]) -> dict[str, tuple[int, float | None]]:
+        """Each of the episodes `keys` that is still recorded: its calls so far and when it ended (None if live),
+        which change whenever something is recorded of it."""
+        marks = {}
+        for start in range(0, len(keys), MARKS_PER_QUERY):
+            chunk = keys[start : start + MARKS_PER_QUERY]
+            places = ", ".join("?" * len(chunk))
+            for row in self.rows(f"SELECT key, calls, ended_at FROM ors_episodes WHERE key IN ({places})", chunk):
+                marks[row["key"]] = (row["calls"], row["ended_at"])
+        return marks
 
     def calls(self, key: str, after: int = -1) -> list[dict[str, Any]]:
         return self.rows(

@@ -8,6 +8,8 @@ reading never waits for the writer); the CLI uses a `Database` directly.
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -201,6 +203,13 @@ class Reader:
         self._db: Database | None = None
         self._limiter = anyio.CapacityLimiter(1)
         self.closing = anyio.Event()
+        self.streams = 0
+        """Event streams open (`faces.episodes` counts them, and bounds them by `--records-streams`)."""
+        self.followers: Counter[str] = Counter()
+        """Event streams open on each live episode (by key)."""
+        self._marks: dict[str, tuple[int, float | None]] = {}
+        self._marks_read = -math.inf
+        self._marks_reading: anyio.Event | None = None
 
     async def _run(self, function: Any, *args: Any, **kwargs: Any) -> Any:
         def call() -> Any:
@@ -220,10 +229,10 @@ class Reader:
         page = await self._run(Database.episodes, **filters.query(), limit=limit, cursor=position)
         return {"episodes": [summary(row) for row in page.rows], "next": page.next}
 
-    async def episode(self, episode_id: str) -> dict[str, Any] | None:
+    async def episode(self, episode_id: str, with_calls: bool = True) -> dict[str, Any] | None:
         row = await self._run(Database.episode, episode_id)
-        if row is None:
-            return None
+        if row is None or not with_calls:
+            return row
         return full(row, await self._run(Database.calls, row["key"]))
 
     async def events(self, episode_id: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
@@ -233,20 +242,47 @@ class Reader:
         if row is None:
             return
         key, after = row["key"], -1
-        while True:
-            state = await self._run(Database.state, key)
-            for call in await self._run(Database.calls, key, after):
-                after = call["n"]
-                yield "call", call_of(call)
-            if state is None or state["ended_at"] is not None:
-                if state is not None:
-                    yield "end", summary(state)
-                return
-            with anyio.move_on_after(POLL):
-                await self.closing.wait()
-            if self.closing.is_set():
-                return
-            yield "ping", {}
+        self.followers[key] += 1
+        try:
+            while True:
+                state = await self._run(Database.state, key)
+                for call in await self._run(Database.calls, key, after):
+                    after = call["n"]
+                    yield "call", call_of(call)
+                if state is None or state["ended_at"] is not None:
+                    if state is not None:
+                        yield "end", summary(state)
+                    return
+                seen = (state["calls"], state["ended_at"])
+                while True:  # until something new is recorded of the episode (a mark is missing: look again)
+                    with anyio.move_on_after(POLL):
+                        await self.closing.wait()
+                    if self.closing.is_set():
+                        return
+                    yield "ping", {}
+                    if (await self._marks_of_followed()).get(key) != seen:
+                        break
+        finally:
+            self.followers[key] -= 1
+            if not self.followers[key]:
+                del self.followers[key]
+
+    async def _marks_of_followed(self) -> dict[str, tuple[int, float | None]]:
+        """`Database.marks` of every followed episode, read in one query for all the streams and at most once
+        per `POLL`: a stream reads its own episode only once its mark has changed, so a thousand streams on quiet
+        episodes cost one query every `POLL`, not two thousand."""
+        if anyio.current_time() - self._marks_read >= POLL / 2:
+            if self._marks_reading is None:
+                self._marks_reading = reading = anyio.Event()
+                try:
+                    self._marks = await self._run(Database.marks, list(self.followers))
+                    self._marks_read = anyio.current_time()
+                finally:
+                    self._marks_reading = None
+                    reading.set()
+            else:
+                await self._marks_reading.wait()
+        return self._marks
 
     async def export(self, filters: Filters, format: str) -> AsyncIterator[str]:
         cursor = None

@@ -19,7 +19,7 @@ from ors_server.app import create_app
 from ors_server.records.db import SCHEMA_VERSION, Database
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import Counter
-from tests.records.helpers import ended
+from tests.records.helpers import ended, episode
 from tests.serving import free_port, serve
 
 pytest.importorskip("psycopg", reason="the PostgreSQL records need psycopg: pip install 'ors-server[postgres]'")
@@ -99,6 +99,26 @@ def test_two_servers_record_into_one_postgres_and_each_reads_both(postgres: str)
         timeout=60,
     )
     assert [line.split()[0] for line in cli.stdout.splitlines()] == ["pg-b", "pg-a"], cli.stderr
+
+
+def test_a_stream_on_one_server_follows_an_episode_the_other_records(postgres: str) -> None:
+    with serve(create_app([Counter], Settings(records=postgres))) as one:
+        with serve(create_app([Counter], Settings(records=postgres))) as two, httpx.Client(base_url=one) as a:
+            sid = {"X-Session-ID": "pg-live"}
+            a.post("/create", headers=sid, json={"env_name": "counter", "task_spec": {"start": 1}})
+            with httpx.Client(base_url=two, timeout=30) as b:
+                episode(b, "pg-live")
+                with b.stream("GET", "/episodes/pg-live/events") as events:
+                    assert events.status_code == 200
+                    a.post("/counter/call", headers=sid, json={"name": "increment", "input": {}})
+                    a.post("/delete", headers=sid)
+                    names = []
+                    for line in events.iter_lines():
+                        if line.startswith("event: "):
+                            names.append(line.removeprefix("event: "))
+                            if names[-1] == "end":
+                                break
+    assert names == ["call", "end"]
 
 
 def test_postgres_schema_is_migrated_once(postgres: str) -> None:
