@@ -171,4 +171,5 @@ async def main():
         pstats.Stats(prof).sort_stats(sys.argv[-1]).print_stats(60)
 
 
-uvloop.run(main())
+if __name__ == "__main__":
+    uvloop.run(main())
