@@ -10,6 +10,7 @@ def test_the_public_api_is_exactly_these_names() -> None:
         "GymEnvironment",
         "HttpServer",
         "ImageBlock",
+        "InvalidTaskSpec",
         "Server",
         "Split",
         "StdioServer",
