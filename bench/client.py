@@ -46,14 +46,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def our_server(max_sessions: int) -> Iterator[str]:
+def our_server(max_sessions: int, env: dict[str, str] | None = None) -> Iterator[str]:
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="ors-bench-client-")) / "server.log"
     command = [str(Path(sys.executable).with_name("ors-server")), "serve", "--port", str(port)]
     command += ["--env", "math", "--env", "bench.envs:Counter", "--max-sessions", str(max_sessions)]
     command += ["--log-level", "warning"]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=out)
+        environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        proc = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 120
         while True:  # a separate process: poll until it accepts connections, bounded

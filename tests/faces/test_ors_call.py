@@ -419,6 +419,31 @@ def test_reposting_with_the_task_id_after_the_call_ended_replays_the_same_result
     assert count(tag, "submit") == 1
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "submit", "input": {"answer": "4"}},
+        {"name": "echo", "input": {"text": "word " * 3000}},  # metadata, and a result of several chunks
+        {"name": "picture", "input": {}},
+        {"name": "nope", "input": {}},  # a refusal (kept as it is)
+    ],
+)
+def test_a_result_kept_as_json_replays_the_same_bytes(
+    live: Live, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any]
+) -> None:
+    from ors_server import calls
+
+    monkeypatch.setattr(calls, "PACK_AFTER", 0.0)  # packed at the next call's end, rather than 2 s after its own
+    sid = create(live.client, math_task(0))
+    _, original = post_sse(live.client, "/mathlike/call", body, sid)
+    task_id = task_id_of(original)
+    post_sse(live.client, "/mathlike/call", {"name": "noargs", "input": {}}, sid)  # packs the first
+    kept = live.app.state.store.get(sid).episode.calls[task_id]
+    assert (kept._packed is not None) == (body["name"] != "nope")
+    _, replayed = post_sse(live.client, "/mathlike/call", {**body, "task_id": task_id}, sid)
+    assert without_comments(parse_sse(replayed)) == without_comments(parse_sse(original))
+
+
 def test_a_long_result_replays_in_the_same_chunks(client: httpx.Client) -> None:
     sid = create(client, math_task(0))
     body: dict[str, Any] = {"name": "echo", "input": {"text": "word " * 3000}}
