@@ -281,13 +281,16 @@ class Calls:
         self.throttles: list[Throttle] = []
         """Observers that may fall behind (the episode records): a call waits for their room before it is
         admitted, so a slow database slows the callers rather than losing records (backpressure)."""
-        self._replayable: deque[ToolCall] = deque()
-        """Every finished call kept for replay, oldest first."""
+        self._replayable: deque[tuple[float, int, dict[str, Any], str]] = deque()
+        """Every finished call kept for replay, oldest first: when it ended, its size, its episode's calls (where
+        it is kept) and its id. Not the call itself, which would keep its episode, session and environment alive
+        after the episode ended (when its kept calls are let go: `_EndedEpisodes`)."""
         self._unpacked: deque[ToolCall] = deque()
         """The finished calls not yet packed (`ToolCall.pack`), oldest first."""
         self.replay_chars = 0
         """Their sizes summed: kept within `max_replay_chars`."""
         store.on_sweep.append(self._forget_replays)  # in a lull too, not only when the next call ends
+        store.watchers.append(_EndedEpisodes())
 
     def observe(self, observer: Observer) -> None:
         """Tell `observer` of every episode's start and end and of every finished call from now on (and, if it is a
@@ -612,10 +615,13 @@ class Calls:
             # Refusals name the tool the client asked for, which may be any string (a secret value too).
             result = ToolRejected(result.reason, call.session.redact(result.message))
         call.end(result)
-        self._replayable.append(call)
-        self.replay_chars += call.size
-        self._forget_replays()
-        self._unpacked.append(call)  # after: its waiters are yet to read its result
+        if call.episode.ended:  # nothing can ask to replay it: a replay names its session's current episode
+            call.episode.calls.pop(call.id, None)
+        else:
+            self._replayable.append((call.ended_at, call.size, call.episode.calls, call.id))
+            self.replay_chars += call.size
+            self._forget_replays()
+            self._unpacked.append(call)  # after: its waiters are yet to read its result
         self._observe(call)
 
     def _observe(self, call: ToolCall) -> None:
@@ -639,11 +645,19 @@ class Calls:
                 call.pack()
         horizon = now - self.settings.call_linger
         replayable = self._replayable
-        while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0].ended_at < horizon):
-            call = replayable.popleft()
-            self.replay_chars -= call.size
-            if call.episode.calls.get(call.id) is call:
-                del call.episode.calls[call.id]  # a waiter holding the call still gets its result
+        while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0][0] < horizon):
+            _, size, kept, call_id = replayable.popleft()
+            self.replay_chars -= size
+            kept.pop(call_id, None)  # a waiter holding the call still gets its result
+
+
+class _EndedEpisodes(EpisodeWatcher):
+    """Lets an ended episode's finished calls go: a replay names its session's current episode, so no request
+    can ask for them any more. (Their sizes still count in `max_replay_chars` until their linger ends.)"""
+
+    def episode_ended(self, session: Session, episode: Episode, how: EpisodeEnd) -> None:
+        for call_id in [call_id for call_id, call in episode.calls.items() if call.done]:
+            del episode.calls[call_id]
 
 
 def _calls_after_finish(env_cls: type[Environment]) -> bool:

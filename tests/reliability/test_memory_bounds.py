@@ -10,8 +10,11 @@ one global budget, `max_replay_chars`, oldest evicted first.
 
 from __future__ import annotations
 
+import gc
 import json
+import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,3 +149,17 @@ def test_replayable_results_share_one_budget_and_the_oldest_are_forgotten_first(
     assert replay(live.client, oldest_sid, oldest) == ["error"], "the oldest result outlived the budget"
     for sid, task_id in newer:
         assert replay(live.client, sid, task_id)[-1] == "end"
+
+
+def test_an_ended_episode_is_let_go_though_its_calls_ended_within_the_linger(live):
+    # A finished call is kept for replay (`call_linger`, 60 s here) only while a replay can name it: once its
+    # episode ended, keeping it would keep the episode, its session and its environment for the linger.
+    sid = create(live.client, math_task(0))
+    assert post_sse(live.client, "/mathlike/call", {"name": "noargs", "input": {}}, sid)[0].status_code == 200
+    episode = weakref.ref(live.app.state.store.get(sid).episode)
+    assert live.client.post("/delete", headers={"X-Session-ID": sid}).status_code == 200
+    deadline = time.monotonic() + 10  # its teardown and the records' writer finish with it first
+    while episode() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        gc.collect()
+    assert episode() is None, gc.get_referrers(episode())
