@@ -281,10 +281,12 @@ class Calls:
         self.throttles: list[Throttle] = []
         """Observers that may fall behind (the episode records): a call waits for their room before it is
         admitted, so a slow database slows the callers rather than losing records (backpressure)."""
-        self._replayable: deque[tuple[float, int, dict[str, Any], str]] = deque()
-        """Every finished call kept for replay, oldest first: when it ended, its size, its episode's calls (where
-        it is kept) and its id. Not the call itself, which would keep its episode, session and environment alive
-        after the episode ended (when its kept calls are let go: `_EndedEpisodes`)."""
+        self._replayable: deque[tuple[float, int, str]] = deque()
+        """Every finished call kept for replay, oldest first: when it ended, its size and its id. Not the call
+        itself, which would keep its episode, session and environment alive after the episode ended (when its
+        kept calls are let go: `_EndedEpisodes`); and a tuple of these the garbage collector stops tracking."""
+        self._kept_in: dict[str, dict[str, ToolCall]] = {}
+        """Where each of them is kept, by id: its episode's calls."""
         self._unpacked: deque[ToolCall] = deque()
         """The finished calls not yet packed (`ToolCall.pack`), oldest first."""
         self.replay_chars = 0
@@ -618,7 +620,8 @@ class Calls:
         if call.episode.ended:  # nothing can ask to replay it: a replay names its session's current episode
             call.episode.calls.pop(call.id, None)
         else:
-            self._replayable.append((call.ended_at, call.size, call.episode.calls, call.id))
+            self._replayable.append((call.ended_at, call.size, call.id))
+            self._kept_in[call.id] = call.episode.calls
             self.replay_chars += call.size
             self._forget_replays()
             self._unpacked.append(call)  # after: its waiters are yet to read its result
@@ -646,9 +649,9 @@ class Calls:
         horizon = now - self.settings.call_linger
         replayable = self._replayable
         while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0][0] < horizon):
-            _, size, kept, call_id = replayable.popleft()
+            _, size, call_id = replayable.popleft()
             self.replay_chars -= size
-            kept.pop(call_id, None)  # a waiter holding the call still gets its result
+            self._kept_in.pop(call_id).pop(call_id, None)  # a waiter holding the call still gets its result
 
 
 class _EndedEpisodes(EpisodeWatcher):
