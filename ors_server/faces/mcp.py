@@ -779,6 +779,7 @@ class McpFace:
         call = self.calls.start(session, params.name, params.arguments, face="mcp", progress=feed)
         while True:  # until the call has ended and its last reports are sent
             await feed.next_or_end(call)
+            ended = call.done  # read first: the reports of an ended call are all in the feed by then
             for report in feed.take():
                 try:
                     await ctx.session.send_progress_notification(
@@ -787,8 +788,8 @@ class McpFace:
                 except Exception:  # the client went away: the call goes on without its progress
                     logger.debug("progress notification not sent", exc_info=True)
                     return await call.wait()
-            if call.result is not None:
-                return call.result
+            if ended:
+                return await call.wait()
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None

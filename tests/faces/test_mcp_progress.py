@@ -20,6 +20,8 @@ from tests.faces.mcp_helpers import server
 pytestmark = pytest.mark.anyio
 
 STEPS = 5
+BURST = 40
+"""Reports of the burst tool: fewer than a call's feed keeps, so every one must reach the client."""
 
 
 class Pace:
@@ -63,6 +65,14 @@ class Long(Environment):
             while not Pace.seen[done].wait(0.5) and time.monotonic() < deadline:
                 value += 0.01
                 self.report_progress(value, STEPS)
+        return ToolOutput(blocks=[TextBlock(text="done")], reward=1.0)
+
+    @tool
+    def burst(self) -> ToolOutput:
+        """Reports in quick succession up to its end, while the face is still sending the first ones."""
+        for done in range(1, BURST + 1):
+            self.report_progress(done, BURST)
+            time.sleep(0.001)
         return ToolOutput(blocks=[TextBlock(text="done")], reward=1.0)
 
     @tool
@@ -197,6 +207,20 @@ async def test_a_2025_client_gets_every_report_of_a_fast_tool(base: str) -> None
         result = await client.call_tool("steps", {}, progress_callback=on_progress)
     assert result.structured_content == {"reward": 1.0, "finished": False}
     assert seen == [float(done) for done in range(1, STEPS + 1)]
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_reports_made_just_before_the_end_all_reach_the_client_before_the_result(base: str, mode: str) -> None:
+    for _ in range(3):
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)  # noqa: B023 (each call is done before the loop moves on)
+
+        async with Client(f"{base}/long/mcp/episodes/{_episode(base)}", mode=mode) as client:
+            result = await client.call_tool("burst", {}, progress_callback=on_progress)
+        assert result.structured_content == {"reward": 1.0, "finished": False}
+        assert seen == [float(n) for n in range(1, BURST + 1)]
 
 
 def test_report_progress_outside_a_tool_call_does_nothing() -> None:
