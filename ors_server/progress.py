@@ -50,7 +50,7 @@ class ProgressFeed:
 
     async def next_or_end(self, call: ToolCall) -> None:
         """Wait until a report is waiting or `call` has ended."""
-        if self._reports or call.result is not None:
+        if self._reports or call.done:
             return
         arrived = self._arrived = anyio.Event()  # a report appended from here on wakes it (`_wake` runs after)
         try:

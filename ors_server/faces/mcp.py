@@ -777,7 +777,8 @@ class McpFace:
         streamed = request is not None and request.scope.get(STREAMED_SCOPE_KEY) is True
         related = str(ctx.request_id) if streamed and ctx.request_id is not None else None
         call = self.calls.start(session, params.name, params.arguments, face="mcp", progress=feed)
-        while True:  # until the call has ended and its last reports are sent
+        ended = False
+        while not ended:  # until the call has ended and its last reports are sent
             await feed.next_or_end(call)
             ended = call.done  # read first: the reports of an ended call are all in the feed by then
             for report in feed.take():
@@ -788,8 +789,7 @@ class McpFace:
                 except Exception:  # the client went away: the call goes on without its progress
                     logger.debug("progress notification not sent", exc_info=True)
                     return await call.wait()
-            if ended:
-                return await call.wait()
+        return await call.wait()
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None

@@ -174,16 +174,17 @@ async def _stream_call(
     session: Session, running: ToolCall, feed: ProgressFeed, keepalive: float
 ) -> AsyncIterator[bytes]:
     yield sse.event("task_id", running.id).encode()
-    while running.result is None:
+    while not running.done:
         with anyio.move_on_after(keepalive):
             await feed.next_or_end(running)
         news = progress_events(feed)
         if news:
             yield b"".join(event.encode() for event in news)
-        elif running.result is None:
+        elif not running.done:
             yield sse.keepalive()
     session.touch()
-    yield b"".join(event.encode() for event in [*progress_events(feed), *render_result(running.result)])
+    result = await running.wait()  # ended: at once
+    yield b"".join(event.encode() for event in [*progress_events(feed), *render_result(result)])
 
 
 def progress_events(feed: ProgressFeed) -> list[ServerSentEvent]:
