@@ -4,7 +4,8 @@ Each group is a dataclass of its own (`Limits`, `Pools`, `Network`, `Sandbox`, `
 `Settings` is all of them (a field is read flat: `settings.max_sessions`). Every field is declared with
 `setting(...)`, which holds what the rest needs to know about it: its validation rule, and, for the fields that
 `ors-server serve` sets, the flag's help and metavar. `serve_flags()` turns that into one table (flag, field,
-type, default, help) from which the CLI builds its parser and against which a test checks README's flags table.
+type, default, help) from which the CLI builds its parser and against which a test checks the flags table of
+docs/production.md.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def setting(
     secret: bool = False,
 ) -> Any:
     """A Settings field. `help` makes it a `serve` flag (`--` and the field's name with dashes, unless `flag`
-    names it), `shown` is its default as README and help say it when the value itself says nothing
+    names it), `shown` is its default as the docs and help say it when the value itself says nothing
     (`$ORS_API_KEY`), `parse` reads the flag's text when the field's type cannot, `secret` keeps the field out
     of repr and of `to_json`."""
     metadata = {
@@ -438,7 +439,7 @@ class Flag:
 
     @property
     def shown_default(self) -> str:
-        """The default as README's flags table says it."""
+        """The default as the flags table of docs/production.md says it."""
         if self.shown is not None:
             return self.shown
         if isinstance(self.default, float) and self.default.is_integer():

@@ -1,4 +1,4 @@
-"""Settings: one definition per field, from which the `serve` flags, their help and README's table follow."""
+"""Settings: one definition per field, from which the `serve` flags, their help and the docs' flags table follow."""
 
 import json
 import re
@@ -9,22 +9,22 @@ import pytest
 from ors_server.cli import _parser, _settings_of
 from ors_server.settings import Settings, serve_flags
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PRODUCTION = Path(__file__).resolve().parent.parent / "docs" / "production.md"
 
 
 def _readme_flags() -> dict[str, str]:
-    """README's serve-flags table ("Running in production"): each flag's name and the default it states."""
-    text = README.read_text()
+    """The serve-flags table of docs/production.md: each flag's name and the default it states."""
+    text = PRODUCTION.read_text()
     table = text[text.index("| flag | default | what it does |") :].split("\n\n", 1)[0]
     rows = {}
     for line in table.splitlines()[2:]:
         match = re.match(r"\| `(--[a-z-]+)[^`]*` \| ([^|]+) \|", line)
-        assert match, f"a row README's flags table cannot be read from: {line!r}"
+        assert match, f"a row of the flags table cannot be read from: {line!r}"
         rows[match[1]] = match[2].strip()
     return rows
 
 
-def test_readme_flags_table_names_every_serve_flag_with_its_default() -> None:
+def test_documented_flags_table_names_every_serve_flag_with_its_default() -> None:
     defined = {flag.flag: flag.shown_default for flag in serve_flags()}
     assert _readme_flags() == defined
 

@@ -208,9 +208,9 @@ def test_openenv_validate_passes(openenv_python, server, tmp_path, prefix):
     assert report["summary"]["passed_count"] == len(report["criteria"]) == 6
 
 
-def test_the_readme_example_runs_unchanged(openenv_python, server, tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## OpenEnv clients", 1)[1].split("\n## ", 1)[0]
+def test_the_documented_example_runs_unchanged(openenv_python, server, tmp_path):
+    page = (ROOT / "docs" / "openenv.md").read_text()
+    section = page.split("## OpenEnv clients", 1)[1].split("\n## ", 1)[0]
     [code] = re.findall(r"```python\n(.*?)```", section, re.S)
     script = tmp_path / "example.py"
     script.write_text(code.replace("http://127.0.0.1:8000", server.url))
