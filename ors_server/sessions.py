@@ -60,6 +60,7 @@ from ors_server.errors import (
     WrongEnvironment,
 )
 from ors_server.lazy_event import LazyEvent
+from ors_server.masking import Masker
 from ors_server.settings import Settings
 from ors_server.types import Blocks
 from ors_server.worker_threads import run_in_thread
@@ -160,6 +161,7 @@ class Session:
     """Episodes not yet torn down; once deleted, the session has ended when this reaches 0."""
     ended: LazyEvent = field(default_factory=LazyEvent)
     """Set once the session has been discarded and every environment it built torn down."""
+    _masker: Masker | None = field(default=None, repr=False)
 
     @property
     def resetting(self) -> anyio.Lock:
@@ -213,11 +215,11 @@ class Session:
         self.last_active = time.monotonic()
 
     def redact(self, text: str) -> str:
-        """`text` with every secret value of this session masked, for errors that reach clients or logs."""
-        for value in self.secrets.values():
-            if value:
-                text = text.replace(value, "***")
-        return text
+        """`text` with every secret value of this session masked (overlaps too: `ors_server.masking`), for errors
+        that reach clients or logs."""
+        if self._masker is None:
+            self._masker = Masker(self.secrets.values())
+        return self._masker(text)
 
 
 async def run_user_code(function: Callable[..., Any], *args: Any, limiter: anyio.CapacityLimiter | None = None) -> Any:

@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ors_server.calls import Throttle, ToolCall, ToolRejected, wall_clock
+from ors_server.masking import Masker
 from ors_server.records.db import Batch, Database, RecordsError, resolve, shown
 from ors_server.sessions import Episode, EpisodeEnd, Session, SessionStore, State
 from ors_server.settings import Settings
@@ -52,18 +53,15 @@ class _Open:
     key: str
     secrets: dict[str, str]
     calls: int = 0
-    _masks: tuple[tuple[str, str], ...] | None = None
+    _mask: Masker | None = None
 
     @property
-    def masks(self) -> tuple[tuple[str, str], ...]:
-        """Each secret value, raw and as JSON escapes it inside a string (worked out once, on the writer)."""
-        if self._masks is None:
-            found = []
-            for value in self.secrets.values():
-                if value:
-                    found.append((value, _ENCODER.encode(value)[1:-1]))
-            self._masks = tuple(found)
-        return self._masks
+    def mask(self) -> Masker:
+        """Masks each secret value, raw and as JSON escapes it inside a string (made once, on the writer)."""
+        if self._mask is None:
+            values = list(self.secrets.values())
+            self._mask = Masker(values + [_ENCODER.encode(value)[1:-1] for value in values])
+        return self._mask
 
 
 def episode_id(session: Session, episode: Episode) -> str:
@@ -233,11 +231,12 @@ def _batch(items: list[tuple[Any, ...]], owner: str) -> Batch:
     sizes: dict[str, int] = {}
     for item in items:
         kind, opened = item[0], item[1]
-        secrets = opened.masks
+        mask = opened.mask
         if kind == "start":
             _, _, record_id, session, number, started_at, task_spec = item
-            labels = dict(session.labels)
-            task = _masked(task_spec, secrets)
+            # A label is the client's text too: a secret in it is masked like anywhere else.
+            labels = {mask(key): mask(value) for key, value in session.labels.items()}
+            task = _masked(task_spec, mask)
             batch.episodes.append(
                 (
                     opened.key,
@@ -256,20 +255,18 @@ def _batch(items: list[tuple[Any, ...]], owner: str) -> Batch:
             batch.labels += [(opened.key, key, value) for key, value in labels.items()]
         elif kind == "call":
             _, _, n, call, arguments, result, (steps, reward, finished, count) = item
-            row = _call_row(opened.key, n, call, arguments, result, secrets)
+            row = _call_row(opened.key, n, call, arguments, result, mask)
             batch.calls.append(row)
             sizes[opened.key] = sizes.get(opened.key, 0) + sum(len(v) for v in row if isinstance(v, str))
             batch.counters[opened.key] = (steps, reward, int(finished), count, sizes[opened.key])
         elif kind == "prompt":
-            batch.prompts.append((opened.key, _masked(item[2], secrets)))
+            batch.prompts.append((opened.key, _masked(item[2], mask)))
         elif kind == "end":
             batch.ends.append((opened.key, item[2], item[3]))
     return batch
 
 
-def _call_row(
-    key: str, n: int, call: ToolCall, arguments: Any, result: Any, secrets: tuple[tuple[str, str], ...]
-) -> tuple[Any, ...]:
+def _call_row(key: str, n: int, call: ToolCall, arguments: Any, result: Any, mask: Masker) -> tuple[Any, ...]:
     output = error = reason = None
     if isinstance(result, ToolOutput):
         output = _masked(
@@ -279,17 +276,17 @@ def _call_row(
                 "finished": result.finished,
                 "metadata": result.metadata,
             },
-            secrets,
+            mask,
         )
     else:
-        error = _mask(result.message, secrets)
+        error = mask(result.message)
         reason = result.reason if isinstance(result, ToolRejected) else "crashed"
     return (
         key,
         n,
         call.face,
-        _mask(call.name, secrets),
-        _masked(arguments, secrets),
+        mask(call.name),
+        _masked(arguments, mask),
         int(output is not None),
         output,
         error,
@@ -303,18 +300,9 @@ def _call_row(
 _ENCODER = json.JSONEncoder(default=str, ensure_ascii=False)
 
 
-def _masked(value: Any, secrets: tuple[tuple[str, str], ...]) -> str:
+def _masked(value: Any, mask: Masker) -> str:
     """`value` as JSON with every secret value masked (raw, and as JSON escapes it inside a string)."""
-    return _mask(_ENCODER.encode(value), secrets)
-
-
-def _mask(text: str, secrets: tuple[tuple[str, str], ...]) -> str:
-    for raw, escaped in secrets:
-        if raw in text:
-            text = text.replace(raw, "***")
-        if escaped != raw and escaped in text:
-            text = text.replace(escaped, "***")
-    return text
+    return mask(_ENCODER.encode(value))
 
 
 class RecordsCollector(Collector):

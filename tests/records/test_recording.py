@@ -104,6 +104,23 @@ def test_secrets_never_reach_a_record(client: httpx.Client) -> None:
     assert SECRET not in export
 
 
+def test_overlapping_secrets_and_secrets_in_labels_are_masked_whole(client: httpx.Client) -> None:
+    # The shorter secret first: masked one after the other, it would leave the longer one's tail in the clear.
+    short, long = "OverlapAAA", "OverlapAAA-BBBBB-tail"
+    secrets = {"short": short, "token": long}
+    response = ors_create(client, "overlap", f"run={long},{short}=x", secrets=secrets, task_spec={"start": 1})
+    assert response.is_success
+    answered = ors_call(client, "overlap", "explode")
+    assert "kaboom at 1 with ***" in answered and "BBBBB" not in answered and short not in answered
+    client.post("/delete", headers={"X-Session-ID": "overlap"})
+    record = ended(client, "overlap")
+    assert record["calls"][0]["error"] == "kaboom at 1 with ***"
+    assert record["labels"] == {"run": "***", "***": "x"}
+    export = client.get("/episodes/export", params={"format": "jsonl"}).text
+    for text in (json.dumps(record), export):
+        assert short not in text and "BBBBB" not in text
+
+
 def test_a_bad_labels_header_is_a_400_in_each_face_shape(base: str, client: httpx.Client) -> None:
     ors = ors_create(client, "bad-labels", "no-equals-sign")
     assert ors.status_code == 400 and "X-Episode-Labels" in ors.json()["detail"]
