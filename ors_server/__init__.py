@@ -16,16 +16,19 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
     from ors_server.compose import HttpServer, StdioServer
     from ors_server.environment import Environment, InvalidTaskSpec, tool
     from ors_server.gym import GymEnvironment
+    from ors_server.sandboxes.interface import CommandResult, Sandbox
     from ors_server.server import Server
     from ors_server.types import Blocks, ImageBlock, Split, TextBlock, ToolOutput
 
 _HOMES = {
     "Blocks": "ors_server.types",
+    "CommandResult": "ors_server.sandboxes.interface",
     "Environment": "ors_server.environment",
     "GymEnvironment": "ors_server.gym",
     "HttpServer": "ors_server.compose.servers",
     "ImageBlock": "ors_server.types",
     "InvalidTaskSpec": "ors_server.environment",
+    "Sandbox": "ors_server.sandboxes.interface",
     "Server": "ors_server.server",
     "Split": "ors_server.types",
     "StdioServer": "ors_server.compose.servers",
@@ -37,11 +40,13 @@ _HOMES = {
 
 __all__ = [
     "Blocks",
+    "CommandResult",
     "Environment",
     "GymEnvironment",
     "HttpServer",
     "ImageBlock",
     "InvalidTaskSpec",
+    "Sandbox",
     "Server",
     "Split",
     "StdioServer",

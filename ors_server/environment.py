@@ -27,12 +27,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
 from ors_server.compose.servers import HttpServer, StdioServer, ToolServer
 from ors_server.types import ImageBlock, Split, TextBlock, ToolOutput
+
+if TYPE_CHECKING:
+    from ors_server.sandboxes.interface import Sandbox
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,19 @@ class Environment:
 
     def teardown(self) -> None | Awaitable[None]:
         """Release what the episode holds. Runs exactly once when the episode ends, however it ends."""
+
+    def toolset_sandbox(self) -> Sandbox | None:
+        """The episode's `Sandbox`, which a toolset a client asks for at `/create` (`toolset_name`: claude-code,
+        codex, gemini-cli, ...) acts on; asked once `setup()` has ended. Override it in an environment that has
+        one (the `shell` environment returns its bubblewrap sandbox): only such environments accept toolsets.
+        The environment owns the sandbox (it closes it in `teardown()`). Returning None refuses the toolset for
+        this episode."""
+        return None
+
+    @classmethod
+    def has_toolset_sandbox(cls) -> bool:
+        """Whether the class offers a sandbox to toolsets (it overrides `toolset_sandbox`)."""
+        return cls.toolset_sandbox is not Environment.toolset_sandbox
 
 
 def _text_of(blocks: Sequence[TextBlock | ImageBlock]) -> str:

@@ -6,11 +6,13 @@ import ors_server
 def test_the_public_api_is_exactly_these_names() -> None:
     assert ors_server.__all__ == [
         "Blocks",
+        "CommandResult",
         "Environment",
         "GymEnvironment",
         "HttpServer",
         "ImageBlock",
         "InvalidTaskSpec",
+        "Sandbox",
         "Server",
         "Split",
         "StdioServer",

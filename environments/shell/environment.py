@@ -20,7 +20,9 @@ from environments.shell.confinement import (
 from environments.shell.driver import BashDriver
 from environments.shell.exercises import EXERCISES, TEST, TRAIN, Workdir
 from ors_server import Environment, InvalidTaskSpec, TextBlock, ToolOutput, tool
-from ors_server.sandbox import mount_tmpfs, private_dir, remove_tree
+from ors_server.sandbox import mount_tmpfs, optional_flags, private_dir, remove_tree
+from ors_server.sandboxes.directory import BubblewrapSandbox
+from ors_server.sandboxes.interface import Sandbox
 
 MAX_COMMAND_CHARS = 100_000
 PROGRESS_AFTER = 2.0
@@ -69,6 +71,8 @@ class Shell(Environment):
         self.root: Path | None = None
         self.workdir: Workdir | None = None
         self.shell: BashDriver | None = None
+        self.commands: BubblewrapSandbox | None = None
+        """The working directory as a `Sandbox` (bubblewrap only): what toolsets act on."""
 
     @classmethod
     def list_splits(cls) -> list[str]:
@@ -91,6 +95,8 @@ class Shell(Environment):
         else:
             confinement = Unconfined(host_workdir)
         self.workdir = Workdir(host_workdir, confinement.workdir)
+        if self.sandbox == "bwrap":
+            self.commands = BubblewrapSandbox(host_workdir, shell_resources(), flags=optional_flags())
         self.shell = BashDriver(confinement, timeout=self.timeout, output_cap=self.output_cap)
         await self.shell.start()
 
@@ -111,8 +117,14 @@ class Shell(Environment):
         # shell ends that call (its reads see the shell gone).
         if self.shell is not None:
             await self.shell.close()
+        if self.commands is not None:
+            await self.commands.close()
         if self.root is not None:
             await anyio.to_thread.run_sync(remove_tree, self.root)
+
+    def toolset_sandbox(self) -> Sandbox | None:
+        # An unconfined shell (the operator's ORS_SHELL_SANDBOX=none) has no sandbox whose paths could be kept in.
+        return self.commands
 
     def get_prompt(self) -> list[TextBlock]:
         return [

@@ -424,3 +424,27 @@ async def test_unsandboxed_shells_need_the_operators_opt_in_and_warn_at_every_se
                 assert await bash(store, await store.get_ready(name), "echo hi") == "exit code: 0\nstdout:\nhi\n"
     warnings = [r for r in caplog.records if "WITHOUT a sandbox (ORS_SHELL_SANDBOX=none)" in r.getMessage()]
     assert len(warnings) == 2 and all(r.levelno == logging.WARNING for r in warnings)
+
+
+# The sandbox toolsets act on.
+
+
+@needs_bwrap
+async def test_the_shells_toolset_sandbox_works_in_the_same_directory_as_its_bash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ORS_SHELL_SANDBOX", "bwrap")
+    async with shell_session() as (store, session):
+        assert isinstance(session.env, Shell) and Shell.has_toolset_sandbox()
+        sandbox = session.env.toolset_sandbox()
+        assert sandbox is not None and sandbox.workdir == "/work"
+        await sandbox.write_file("from_toolset.txt", b"written by a toolset\n")
+        assert await bash(store, session, "cat from_toolset.txt") == "exit code: 0\nstdout:\nwritten by a toolset\n"
+        await bash(store, session, "echo from bash > from_bash.txt")
+        assert await sandbox.read_file("from_bash.txt") == b"from bash\n"
+
+
+async def test_an_unconfined_shell_offers_no_sandbox_to_toolsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORS_SHELL_SANDBOX", "none")
+    async with shell_session() as (_store, session):
+        assert isinstance(session.env, Shell) and session.env.toolset_sandbox() is None
