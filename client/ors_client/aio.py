@@ -19,13 +19,15 @@ from ors_client.errors import (
     AuthError,
     ConnectionFailed,
     OrsError,
+    Redirected,
+    ResponseTooLarge,
     ServerFull,
     SessionExpired,
     SessionNotFound,
     StreamCut,
     ToolError,
 )
-from ors_client.sse import Parser
+from ors_client.sse import DEFAULT_MAX_EVENT_BYTES, Parser
 from ors_client.transport import LeanTransport
 from ors_client.types import EpisodeResult, ToolOutput
 
@@ -38,6 +40,10 @@ CLIENT_IDS_HEADER = "x-client-session-ids"
 MAX_RESUMES = 3
 """How many times one call's cut stream is resumed by its `task_id` before the call fails."""
 MAX_RETRY_AFTER = 30.0
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+"""The largest response body, and the largest result of one streamed call, the client reads by default."""
+MAX_REDIRECTS = 5
+REDIRECTS = (301, 302, 303, 307, 308)
 
 # Requests whose failure mid-flight may have had an effect: retried only when the connection never opened.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -74,6 +80,18 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or {"http": 80, "https": 443}.get(url.scheme)
+
+
+def _too_large(response: httpx.Response, limit: int, how: str) -> ResponseTooLarge:
+    return ResponseTooLarge(
+        f"{response.request.method} {response.request.url.path}: the response body is larger than {limit} bytes "
+        f"({how}; the client's max_body_bytes); the connection was closed",
+        response.status_code,
+    )
+
+
 def _jitter(seconds: float) -> float:
     return seconds * random.uniform(0.5, 1.5)
 
@@ -98,6 +116,12 @@ class AsyncClient:
     sets the ping period (default: a third of the idle timeout the server sends, else 60 s). `timeout` bounds
     connecting and each read (a streamed call's keepalives count as reads). `transport`: httpx's own
     (`httpx.AsyncHTTPTransport()`) for proxies or HTTP/2; by default a lean HTTP/1.1 one (`ors_client.transport`).
+
+    What a server may make the client hold is bounded: `max_body_bytes` (64 MiB) for a response body and for the
+    result of one tool call (all its stream's events), `max_event_bytes` (16 MiB) for one line or one event of a
+    stream; past either the connection is closed and `ResponseTooLarge` raised. Redirects are followed on this
+    client's origin only: one to another scheme, host or port raises `Redirected`, so the API key and secrets
+    never leave for another server.
     """
 
     def __init__(
@@ -111,9 +135,15 @@ class AsyncClient:
         retries: int = 5,
         wait_when_full: float = 300.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        if max_body_bytes < 1 or max_event_bytes < 1:
+            raise ValueError("max_body_bytes and max_event_bytes must be at least 1")
+        self.max_body_bytes = max_body_bytes
+        self.max_event_bytes = max_event_bytes
         self.base_url = base_url.rstrip("/")
         # Requests go straight to the transport: httpx.AsyncClient's per-request machinery (URL merging,
         # cookies, hooks) cost more client CPU than the transport itself in a profile of the call path.
@@ -150,28 +180,59 @@ class AsyncClient:
     async def send(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, *, stream: bool = False
     ) -> httpx.Response:
-        """One exchange, without retries or status checks. A 3xx with a Location is followed (the reference
-        server redirects paths it does not route to its default environment)."""
+        """One exchange, without retries or status checks; the body read (at most `max_body_bytes`) unless a 200
+        is asked for as a `stream`. A 3xx with a Location on the same origin is followed (the reference server
+        redirects paths it does not route to its default environment); one to another origin raises `Redirected`:
+        the request carries the API key and the secrets."""
         content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         all_headers = {**self._headers, **(headers or {})}
         if content is not None:
             all_headers["Content-Type"] = "application/json"
-        for _ in range(5):
+        url = self._url(path)
+        for _ in range(MAX_REDIRECTS):
             request = httpx.Request(
-                method, self._url(path), headers=all_headers, content=content, extensions={"timeout": self._timeout}
+                method, url, headers=all_headers, content=content, extensions={"timeout": self._timeout}
             )
             response = await self._transport.handle_async_request(request)
             if stream and response.status_code == 200:
                 return response
             try:
-                await response.aread()
+                response = await self._read(response)
             finally:
                 await response.aclose()
             location = response.headers.get("location")
-            if response.status_code not in (301, 302, 303, 307, 308) or not location:
+            if response.status_code not in REDIRECTS or not location:
                 return response
-            path = str(request.url.join(location))
+            target = url.join(location)
+            if _origin(target) != _origin(url):
+                raise Redirected(
+                    f"{method} {path}: the server redirected to another origin ({target.scheme}://{target.host}"
+                    f"{'' if target.port is None else f':{target.port}'}); not followed, so the API key and "
+                    "secrets were not sent there",
+                    response.status_code,
+                )
+            url = target
         return response
+
+    async def _read(self, response: httpx.Response) -> httpx.Response:
+        """`response` with its body read, or ResponseTooLarge past `max_body_bytes` (known from Content-Length
+        before anything is read, else counted as the body arrives)."""
+        limit = self.max_body_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and "content-encoding" not in response.headers:
+            if int(declared) > limit:
+                raise _too_large(response, limit, f"declared {declared} bytes")
+            await response.aread()  # the transport delivers no more than the declared length
+            return response
+        parts: list[bytes] = []
+        size = 0
+        async for part in response.aiter_bytes():  # decoded: a compressed body is bounded by what it unpacks to
+            size += len(part)
+            if size > limit:
+                raise _too_large(response, limit, "still sending")
+            parts.append(part)
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "content-encoding"]
+        return httpx.Response(response.status_code, headers=headers, content=b"".join(parts), request=response.request)
 
     async def request(
         self,
@@ -455,7 +516,7 @@ class AsyncSession:
         self.client._own_ids = response.headers.get(CLIENT_IDS_HEADER) == "accepted"
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()["sid"]
-        for event in Parser().feed(response.content + b"\n\n"):
+        for event in Parser(self.client.max_event_bytes).feed(response.content + b"\n\n"):
             if event.event == "task_id":
                 return event.data
         raise OrsError(f"/create_session answered no session id: {response.text[:200]!r}")
@@ -646,14 +707,21 @@ class AsyncSession:
                             await asyncio.sleep(wait)
                             continue
                     raise _error(response, session=True)
-                parser = Parser()
+                parser = Parser(self.client.max_event_bytes)
                 parts: list[str] = []
+                size = 0
                 try:
                     async for chunk in response.aiter_raw():
                         for event in parser.feed(chunk):
                             if event.event == "task_id":
                                 task_id = event.data
                             elif event.event == "chunk":
+                                size += len(event.data)
+                                if size > self.client.max_body_bytes:
+                                    raise ResponseTooLarge(
+                                        f"POST {path}: the call's result is longer than {self.client.max_body_bytes} "
+                                        "characters (the client's max_body_bytes); the stream was closed"
+                                    )
                                 parts.append(event.data)
                             elif event.event == "end":
                                 parts.append(event.data)

@@ -7,6 +7,8 @@
     ├── SessionExpired        410: the server ended the session (deleted, or reaped for idling)
     ├── ToolError             the tool itself failed (the SSE `error` event); the episode may go on
     ├── StreamCut             a call's event stream ended early and could not be resumed
+    ├── ResponseTooLarge      an answer past the client's bounds (`max_body_bytes`, `max_event_bytes`)
+    ├── Redirected            a redirect to another origin, not followed (the key and secrets stay here)
     └── ConnectionFailed      the server could not be reached, after the retries
 
 A tool call the server refuses as the agent's mistake (unknown tool, bad input, finished episode) is not an
@@ -55,3 +57,13 @@ class StreamCut(OrsError):
 
 class ConnectionFailed(OrsError):
     """The server could not be reached (or the connection broke) and the request could not be retried."""
+
+
+class ResponseTooLarge(OrsError):
+    """The server's answer was larger than the client accepts (`max_body_bytes` for a body or a call's result,
+    `max_event_bytes` for one line or event of a stream); the connection was closed without reading the rest."""
+
+
+class Redirected(OrsError):
+    """The server redirected to another origin (scheme, host or port): not followed, because the request carries
+    the API key and the session's secrets, which go to the client's own server only."""

@@ -19,6 +19,11 @@ import httpx
 
 READ_LIMIT = 1 << 20
 """The longest header block or chunk-size line read in one piece."""
+EAGER_LIMIT = 1 << 16
+"""A body of a declared length up to this is read with its head; a longer one is streamed, so whoever reads it
+can stop (the client's `max_body_bytes`) before it is all in memory."""
+PIECE = 1 << 16
+"""The most read from the connection at once while streaming a body."""
 MAX_IDLE_PER_ORIGIN = 1024
 
 
@@ -64,7 +69,8 @@ class _Connection:
 
 
 class LeanTransport(httpx.AsyncBaseTransport):
-    """HTTP/1.1 over asyncio streams, with keep-alive; bodies read eagerly unless chunked or close-delimited."""
+    """HTTP/1.1 over asyncio streams, with keep-alive; short bodies of a declared length read eagerly, any other
+    streamed in pieces of at most `PIECE` bytes as the caller reads."""
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
@@ -140,7 +146,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             status, headers, chunked, length, keep = await self._read_head(connection, status_line, read_timeout)
             if request.method == "HEAD" or status in (204, 304) or 100 <= status < 200:
                 length = 0
-            if length is not None:
+            if length is not None and length <= EAGER_LIMIT:
                 content = await connection.read(read_timeout, size=length) if length else b""
                 if keep:
                     self._release(origin, connection)
@@ -150,7 +156,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             connection.close()
             raise self._read_error(connection, exc, request) from None
-        stream = _BodyStream(self, origin, connection, request, chunked, keep, read_timeout)
+        stream = _BodyStream(self, origin, connection, request, chunked, length, keep, read_timeout)
         return httpx.Response(status, headers=headers, stream=stream, request=request)
 
     @staticmethod
@@ -189,8 +195,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
 
 class _BodyStream(httpx.AsyncByteStream):
-    """A chunked or close-delimited body, read as the caller iterates; the connection goes back to the pool
-    only when the body was read to its end."""
+    """A chunked, close-delimited or long body, read as the caller iterates, `PIECE` bytes at most at a time; the
+    connection goes back to the pool only when the body was read to its end."""
 
     def __init__(
         self,
@@ -199,6 +205,7 @@ class _BodyStream(httpx.AsyncByteStream):
         connection: _Connection,
         request: httpx.Request,
         chunked: bool,
+        length: int | None,
         keep: bool,
         timeout: float | None,
     ) -> None:
@@ -207,6 +214,7 @@ class _BodyStream(httpx.AsyncByteStream):
         self._connection: _Connection | None = connection
         self._request = request
         self._chunked = chunked
+        self._length = length
         self._keep = keep
         self._timeout = timeout
         self._complete = False
@@ -220,12 +228,24 @@ class _BodyStream(httpx.AsyncByteStream):
                 while True:
                     line = await connection.read(self._timeout, until=b"\r\n")
                     size = int(line.split(b";", 1)[0], 16)
+                    if size < 0:
+                        raise ValueError(f"a negative chunk size: {size}")
                     if size == 0:
                         while await connection.read(self._timeout, until=b"\r\n") != b"\r\n":
                             pass  # trailers
                         break
-                    data = await connection.read(self._timeout, size=size + 2)
-                    yield data[:-2]
+                    while size:
+                        data = await connection.read(self._timeout, size=min(size, PIECE))
+                        size -= len(data)
+                        yield data
+                    if await connection.read(self._timeout, size=2) != b"\r\n":
+                        raise ValueError("a chunk does not end with CRLF")
+            elif self._length is not None:
+                left = self._length
+                while left:
+                    data = await connection.read(self._timeout, size=min(left, PIECE))
+                    left -= len(data)
+                    yield data
             else:
                 while data := await connection.read_some(self._timeout):
                     yield data
