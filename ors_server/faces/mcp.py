@@ -74,6 +74,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -353,6 +354,7 @@ class McpFace:
             on_read_resource=self._read_resource,
         )
         self.server.middleware.append(self._instructions)
+        self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
         # No tool declares `x-mcp-header` parameters, so there are no `Mcp-Param-*` headers to check: without
         # this the SDK would list the tools again (setting an episode up) before every 2026-07-28 tools/call.
         self.server.get_tool_input_schema = _no_header_parameters
@@ -698,6 +700,17 @@ class McpFace:
         request = ctx.request
         return self.registry.get(request.path_params.get("env") if request is not None else None)
 
+    async def _discover(
+        self, ctx: ServerRequestContext[Any, Any], params: types.RequestParams
+    ) -> types.DiscoverResult:
+        """`server/discover`: 2026-07-28 where the request names an episode (its URL or `X-Session-ID`), else only
+        the handshake's versions, which clients in their default mode (mcp, fastmcp, the TypeScript SDK) read as a
+        legacy server and answer with `initialize`: on a URL naming no episode the current era could run no call,
+        while the handshake starts an episode of its own, as it did before discovery was answered."""
+        versions = MODERN_PROTOCOL_VERSIONS if _named_key(ctx) else HANDSHAKE_PROTOCOL_VERSIONS
+        capabilities = self.server.get_capabilities(protocol_version=ctx.protocol_version)
+        return types.DiscoverResult(supported_versions=list(versions), capabilities=capabilities)
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -930,7 +943,7 @@ def _how_to_name(env_name: str, ctx: ServerRequestContext[Any, Any]) -> str:
         f"No episode named: this request (MCP 2026-07-28, without a protocol session) must name the episode it "
         f"acts on. Use the episode URL {url} (the session_id of a session created with ORS /create or on any "
         "other face), or send the X-Session-ID header with that id; or connect with the initialize handshake "
-        "(mcp 2.x: Client(url, mode='legacy')), which starts an episode of its own."
+        "(mcp 2.x: Client(url) in its default mode), which starts an episode of its own."
     )
 
 

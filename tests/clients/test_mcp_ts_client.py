@@ -1,7 +1,7 @@
 """The TypeScript MCP SDK (@modelcontextprotocol/sdk 1.32, an npm install of its own) in its default mode against
 `ors-server serve`, on one process and through `--workers 2`: it plays FrozenLake through an episode URL, through
-`X-Session-ID` and through its protocol session (2025-11-25, the newest era it speaks), and reads the rewards from
-`structuredContent`, next to the unchanged text."""
+`X-Session-ID` and through its protocol session at `/frozen_lake/mcp` and `/mcp` (2025-11-25, the newest era it
+speaks), and reads the rewards from `structuredContent`, next to the unchanged text."""
 
 from __future__ import annotations
 
@@ -18,14 +18,15 @@ pytestmark = pytest.mark.clients
 
 @pytest.fixture(scope="module", params=["one process", "--workers 2"])
 def episodes(request, mcp_ts_sdk, tmp_path_factory) -> dict:
-    args = ("--workers", "2") if request.param == "--workers 2" else ()
+    # FrozenLake is the only environment, so the default one: `/mcp` serves it too.
+    args = ("--env", "frozen_lake", *(("--workers", "2") if request.param == "--workers 2" else ()))
     with run_server(tmp_path_factory.mktemp("server"), *args) as server:
         node = Path(shutil.which("node") or "node")
         home = tmp_path_factory.mktemp("mcp-ts")
         return run_script(node, "mcp_ts_episode.mjs", str(mcp_ts_sdk), server.url, home=home, server=server)
 
 
-@pytest.mark.parametrize("way", ["episode_url", "x_session_id", "protocol_session"])
+@pytest.mark.parametrize("way", ["episode_url", "x_session_id", "protocol_session", "plain_default_url"])
 def test_the_typescript_sdk_plays_frozen_lake_and_reads_rewards_from_structured_content(episodes, way):
     played = episodes[way]
     assert played["protocol_version"] == "2025-11-25"

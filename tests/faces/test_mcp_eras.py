@@ -41,15 +41,26 @@ async def discover(http: httpx.AsyncClient, url: str) -> httpx.Response:
     return await http.post(url, json=body, headers=headers)
 
 
-@pytest.mark.parametrize("path", ["/mcp", "/mcp/", "/frozen_lake/mcp", "/counter/mcp/episodes/any-id"])
-async def test_discover_answers_a_result_the_sdks_strict_2026_types_accept(path):
+@pytest.mark.parametrize(
+    ("path", "named", "versions"),
+    [
+        ("/mcp", False, ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]),
+        ("/mcp/", False, ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]),
+        ("/frozen_lake/mcp", False, ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]),
+        ("/frozen_lake/mcp", True, [CURRENT]),
+        ("/counter/mcp/episodes/any-id", False, [CURRENT]),
+        ("/mcp/episodes/any-id/", False, [CURRENT]),
+    ],
+)
+async def test_discover_offers_the_current_era_only_where_an_episode_is_named(path, named, versions):
+    headers = {"X-Session-ID": "any-id"} if named else {}
     with lake_server() as base:
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(headers=headers) as http:
             answer = await discover(http, f"{base}{path}")
     assert answer.status_code == 200, answer.text
     result = answer.json()["result"]
     validate_server_result("server/discover", CURRENT, result)  # raises on anything the 2026 schema refuses
-    assert CURRENT in result["supportedVersions"]
+    assert result["supportedVersions"] == versions
     assert {"tools", "prompts"} <= set(result["capabilities"])
 
 
@@ -62,6 +73,17 @@ async def test_an_auto_client_adopts_the_current_era_and_plays_frozen_lake_throu
                 steps = await play_lake(client)
             reward = (await http.get(f"{base}/control/reward", headers={"mcp-session-id": sid})).json()
     assert reward == {"reward": 1.0, "step_count": len(steps)}
+
+
+@pytest.mark.parametrize("path", ["/frozen_lake/mcp", "/mcp"])
+async def test_a_plain_client_at_a_url_naming_no_episode_negotiates_2025_and_plays_a_whole_episode(path):
+    # mcp 2.x's Client(url) as users write it: its default mode probes server/discover first. Where nothing names an
+    # episode the 2026-07-28 era could act on none, so the probe is told 2025 and the client plays its own episode.
+    with lake_server() as base:
+        async with Client(f"{base}{path}") as client:
+            steps = await play_lake(client)  # checks every step's reward in structuredContent
+            version = client.session.protocol_version
+    assert steps[-1]["reward"] == 1.0 and version == "2025-11-25"
 
 
 async def test_an_auto_client_plays_frozen_lake_through_x_session_id():
@@ -98,7 +120,7 @@ async def test_a_client_forced_to_2025_plays_through_its_protocol_session_and_th
 
 async def test_a_current_era_call_naming_no_episode_is_a_json_rpc_error_saying_how_to_name_one():
     with lake_server() as base:
-        async with Client(f"{base}/frozen_lake/mcp") as client:
+        async with Client(f"{base}/frozen_lake/mcp", mode=CURRENT) as client:
             # Discovery, tools/list and prompts/list need no episode.
             tools = (await client.list_tools()).tools
             assert [t.name for t in tools] == ["lake_move"]
@@ -171,7 +193,7 @@ async def test_a_2025_protocol_session_reads_its_own_episodes_task_as_the_resour
 
 async def test_reading_the_task_resource_naming_no_episode_says_how_to_name_one():
     with lake_server() as base:
-        async with Client(f"{base}/counter/mcp") as client:
+        async with Client(f"{base}/counter/mcp", mode=CURRENT) as client:
             assert [r.name for r in (await client.list_resources()).resources] == ["task"]
             with pytest.raises(MCPError) as refused:
                 await client.read_resource("ors://task")

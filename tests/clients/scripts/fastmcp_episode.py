@@ -1,7 +1,8 @@
 """fastmcp 4 in its default mode (it probes `server/discover`): FrozenLake episodes through an episode URL, through
-`X-Session-ID`, and (forced to 2025) through its protocol session; rewards read from `structuredContent`.
+`X-Session-ID`, through the plain `/frozen_lake/mcp` and `/mcp` (its protocol session's own episode), and (forced to
+2025) through its protocol session; rewards read from `structuredContent`. Each way's failure is reported as its own.
 
-Usage: fastmcp_episode.py ORS_URL
+Usage: fastmcp_episode.py ORS_URL   (a server whose default environment is frozen_lake)
 """
 
 from __future__ import annotations
@@ -54,15 +55,24 @@ async def play(client: Client) -> dict:
     return {"protocol_version": version, "steps": steps}
 
 
+async def attempt(client: Client) -> dict:
+    """Play one episode with `client`, or say how it failed (so one way's failure does not hide the others)."""
+    try:
+        async with client:
+            return await play(client)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 async def main(base: str) -> dict:
     out = {}
-    async with Client(f"{base}/frozen_lake/mcp/episodes/{create(base, 3)}") as client:
-        out["episode_url"] = await play(client)
+    out["episode_url"] = await attempt(Client(f"{base}/frozen_lake/mcp/episodes/{create(base, 3)}"))
     transport = StreamableHttpTransport(f"{base}/frozen_lake/mcp", headers={"X-Session-ID": create(base, 4)})
-    async with Client(transport) as client:
-        out["x_session_id"] = await play(client)
-    async with Client(f"{base}/frozen_lake/mcp", mode="legacy") as client:
-        out["protocol_session"] = await play(client)
+    out["x_session_id"] = await attempt(Client(transport))
+    # As users write it: unchanged code, no episode named, the default mode.
+    out["plain_env_url"] = await attempt(Client(f"{base}/frozen_lake/mcp"))
+    out["plain_default_url"] = await attempt(Client(f"{base}/mcp"))
+    out["protocol_session"] = await attempt(Client(f"{base}/frozen_lake/mcp", mode="legacy"))
     return out
 
 

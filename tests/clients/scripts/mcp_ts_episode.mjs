@@ -1,8 +1,9 @@
 // The TypeScript MCP SDK (@modelcontextprotocol/sdk, its own npm install) in its default mode: FrozenLake episodes
-// through an episode URL, through `X-Session-ID`, and through its protocol session; rewards read from
-// `structuredContent`, next to the unchanged text.
+// through an episode URL, through `X-Session-ID`, and through its protocol session at the plain `/frozen_lake/mcp`
+// and `/mcp`; rewards read from `structuredContent`, next to the unchanged text.
 //
-// Usage: node mcp_ts_episode.mjs SDK_DIR ORS_URL   (SDK_DIR: the installed node_modules/@modelcontextprotocol/sdk)
+// Usage: node mcp_ts_episode.mjs SDK_DIR ORS_URL   (SDK_DIR: the installed node_modules/@modelcontextprotocol/sdk;
+// ORS_URL: a server whose default environment is frozen_lake)
 
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -71,5 +72,6 @@ const out = {
   episode_url: await play(`${base}/frozen_lake/mcp/episodes/${await create(3)}`),
   x_session_id: await play(`${base}/frozen_lake/mcp`, { "X-Session-ID": await create(4) }),
   protocol_session: await play(`${base}/frozen_lake/mcp`),
+  plain_default_url: await play(`${base}/mcp`),
 };
 process.stdout.write(`ORS-CLIENT-RESULT ${JSON.stringify(out)}\n`);
