@@ -38,13 +38,15 @@ When episodes end
 
 Protocol eras
     Both are served on every MCP endpoint. The 2025 era (`initialize`, then `mcp-session-id`) binds as above. The
-    2026-07-28 era has no handshake and no protocol session: `server/discover` (the SDK's own handler) lists it
-    among our versions, so `mcp.Client(url)` (mode="auto") adopts it, and every request is a self-contained POST
-    that names its episode itself: by its URL, `/{env}/mcp/episodes/{session_id}` (`/mcp/episodes/{session_id}`
-    for the default environment), else by the `X-Session-ID` header. A `tools/call` naming none is a JSON-RPC
-    error saying how to name one; discovery, `tools/list` and prompt listing need none. An episode URL also
-    names the episode of a 2025 `initialize` sent to it (before `_extra.session_id` and the header), and a
-    transport opened on one episode URL is refused on another.
+    2026-07-28 era has no handshake and no protocol session: every request is a self-contained POST that names its
+    episode itself: by its URL, `/{env}/mcp/episodes/{session_id}` (`/mcp/episodes/{session_id}` for the default
+    environment), else by the `X-Session-ID` header. `server/discover` offers 2026-07-28 only to a request that
+    names an episode so; elsewhere it offers the handshake's versions, so a client in its default mode
+    (`mcp.Client(url)`, fastmcp's) sends `initialize` at a plain URL and plays an episode of its own, as it did
+    before discovery was answered, rather than adopt an era in which it could run no call. A current-era
+    `tools/call` naming none is a JSON-RPC error saying how to name one; discovery, `tools/list` and prompt
+    listing need none. An episode URL also names the episode of a 2025 `initialize` sent to it (before
+    `_extra.session_id` and the header), and a transport opened on one episode URL is refused on another.
 
 Results
     `tools/call` goes through the store's one call pipeline and renders the observation (text and image blocks)
@@ -700,9 +702,7 @@ class McpFace:
         request = ctx.request
         return self.registry.get(request.path_params.get("env") if request is not None else None)
 
-    async def _discover(
-        self, ctx: ServerRequestContext[Any, Any], params: types.RequestParams
-    ) -> types.DiscoverResult:
+    async def _discover(self, ctx: ServerRequestContext[Any, Any], params: types.RequestParams) -> types.DiscoverResult:
         """`server/discover`: 2026-07-28 where the request names an episode (its URL or `X-Session-ID`), else only
         the handshake's versions, which clients in their default mode (mcp, fastmcp, the TypeScript SDK) read as a
         legacy server and answer with `initialize`: on a URL naming no episode the current era could run no call,

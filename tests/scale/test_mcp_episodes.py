@@ -40,10 +40,11 @@ async def lake_sessions(http: httpx.AsyncClient, front: Deployment, count: int =
 
 async def test_discover_through_the_front(front):
     async with httpx.AsyncClient(base_url=front.url, timeout=30) as http:
-        for path in ("/mcp", "/frozen_lake/mcp/episodes/x"):
+        for path, newest in (("/mcp", "2025-11-25"), ("/frozen_lake/mcp/episodes/x", "2026-07-28")):
             answer = await discover(http, path)
             assert answer.status_code == 200, answer.text
             validate_server_result("server/discover", "2026-07-28", answer.json()["result"])
+            assert answer.json()["result"]["supportedVersions"][-1] == newest  # the current era where it is named
 
 
 async def test_episode_urls_reach_the_owning_worker_on_either_worker(front):
