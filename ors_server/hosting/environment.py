@@ -27,7 +27,7 @@ from ors_server.hosting.pool import HostPool
 from ors_server.hosting.process import HostError, HostFailed, HostProcess, HostSpec
 from ors_server.types import ImageBlock, Split, TextBlock, ToolOutput
 
-REFUSALS = ("not_found", "input_validation", "episode_finished")
+REFUSALS = ("not_found", "input_validation", "episode_finished", "output_too_large")
 """The refusals of a framework that the call pipeline reports as its own (`ToolRejected` reasons)."""
 
 

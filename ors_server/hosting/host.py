@@ -5,12 +5,18 @@ as the first frame on stdin (`process.BOOTSTRAP`), so that the user's `MODULE` i
 `sys.path[0]` is the working directory) and nothing of `ors_server` needs to be importable or readable: this file is
 standard library only, for it runs in a foreign virtual environment (the framework's).
 
-The wire: on stdin and stdout, frames of a 4-byte big-endian length and that many bytes of UTF-8 JSON. The server
-sends requests `{"id": N, "op": OP, ...}`; the host answers each with `{"id": N, "ok": true, "value": ...}` or
+The wire: on stdin, frames of a 4-byte big-endian length and that many bytes of UTF-8 JSON; on stdout, frames of a
+4-byte big-endian length, the 8-byte id of the request answered, and the JSON. The server sends requests
+`{"id": N, "op": OP, ...}`; the host answers each with `{"id": N, "ok": true, "value": ...}` or
 `{"id": N, "ok": false, "error": {"type": ..., "message": ..., "reason": ...}}`, in any order (requests run
-concurrently, as tasks of one asyncio loop). The first request is always `load`:
+concurrently, as tasks of one asyncio loop). The id in the header lets the server refuse a reply on its length
+alone, before reading it: a reply to `load`, `describe` or `tasks` may take `MAX_FRAME` bytes, any other
+`reply_bytes` (what `--max-output-chars` can need, given in `load`). An answer longer than its bound is replaced
+here by a refusal of reason "output_too_large"; a host that sends one anyway is ended by the server.
+The first request is always `load`:
 
-    load     {adapter, source, target, options}  -> the description (see `describe` below); a failure has
+    load     {adapter, source, target, options, reply_bytes}
+                                                 -> the description (see `describe` below); a failure has
                                                      type "LoadFailed" and a one-line message for the user
     describe {}                                  -> {"name", "splits": [{"name","type"}], "tools": [{"name",
                                                      "description","input_schema"}], "description", "extra"}
@@ -48,7 +54,11 @@ import threading
 import traceback
 
 HEADER = struct.Struct(">I")
+REPLY_HEADER = struct.Struct(">IQ")
+"""A reply's header: its length and the id of the request it answers."""
 MAX_FRAME = 256 * 1024 * 1024
+LISTING_OPS = ("load", "describe", "tasks")
+"""Requests whose answers are descriptions and task listings, bounded by `MAX_FRAME` rather than `reply_bytes`."""
 
 
 class LoadFailed(Exception):
@@ -89,6 +99,8 @@ class Host:
         self.adapter = None
         self.sessions = {}
         self.running = set()
+        self.reply_bytes = MAX_FRAME
+        """The longest answer to a request other than `LISTING_OPS` (set by `load`)."""
 
     def read_forever(self, in_fd):
         """On a thread of its own: frames from the server, handed to the loop; the pipe's end ends the host."""
@@ -113,9 +125,14 @@ class Host:
         self.running.add(task)  # the loop keeps only weak references to its tasks
         task.add_done_callback(self.running.discard)
 
-    def send(self, message):
-        data = json.dumps(message, default=_jsonable, separators=(",", ":")).encode()
-        frame = HEADER.pack(len(data)) + data
+    def encode(self, message):
+        # Not ASCII-only: a character then takes at most 6 bytes (a control character's escape), which is what the
+        # server's bound on a reply counts on; a lone surrogate is written as its JSON escape.
+        text = json.dumps(message, default=_jsonable, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
+
+    def send(self, rid, data):
+        frame = REPLY_HEADER.pack(len(data), rid if isinstance(rid, int) and rid >= 0 else 0) + data
         while frame:  # on the loop's thread only, so frames never interleave
             written = os.write(self.out_fd, frame)
             frame = frame[written:]
@@ -131,17 +148,28 @@ class Host:
             if not isinstance(exc, LoadFailed):
                 traceback.print_exc(file=sys.stderr)
             reply = {"id": rid, "ok": False, "error": {"type": type(exc).__name__, "message": str(exc)}}
+        limit = MAX_FRAME if request.get("op") in LISTING_OPS else self.reply_bytes
         try:
-            self.send(reply)
+            data = self.encode(reply)
         except (TypeError, ValueError) as exc:
             error = {"type": "TypeError", "message": f"the answer is not JSON: {exc}"}
-            self.send({"id": rid, "ok": False, "error": error})
+            data = self.encode({"id": rid, "ok": False, "error": error})
+        if len(data) > limit:
+            what = f"'{request.get('tool')}'" if request.get("op") == "call" else f"the answer to '{request.get('op')}'"
+            message = (
+                f"{what} returned {len(data)} bytes as JSON, more than the {limit} a result may take "
+                "(--max-output-chars: up to 6 bytes a character, and 1 MiB more)"
+            )
+            error = {"type": "Refused", "reason": "output_too_large", "message": message}
+            data = self.encode({"id": rid, "ok": False, "error": error})
+        self.send(rid, data)
 
     async def op_load(self, request):
         namespace = {"__name__": "ors_host_adapter", "LoadFailed": LoadFailed, "Refused": Refused}
         code = compile(request["source"], f"<ors-server adapter {request['adapter']}>", "exec")
         exec(code, namespace)
         namespace.update(LoadFailed=LoadFailed, Refused=Refused)  # over the adapter's own placeholders
+        self.reply_bytes = int(request.get("reply_bytes") or MAX_FRAME)
         self.adapter = await _maybe(namespace["load"](request["target"], request.get("options") or {}))
         return await self.op_describe(request)
 

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ors_server.hosting.process import HostFailed, HostProcess, HostSpec
+from ors_server.hosting.process import HostFailed, HostProcess, HostSpec, reply_limit
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.hosting")
@@ -27,7 +27,12 @@ logger = logging.getLogger("ors_server.hosting")
 
 class HostPool:
     def __init__(self, spec: HostSpec, settings: Settings, per_process: int | None = None) -> None:
-        self.spec = replace(spec, memory_bytes=settings.host_memory_bytes, log_bytes=settings.tool_server_log_bytes)
+        self.spec = replace(
+            spec,
+            memory_bytes=settings.host_memory_bytes,
+            log_bytes=settings.tool_server_log_bytes,
+            reply_bytes=reply_limit(settings.max_output_chars),
+        )
         self.settings = settings
         self.hosts: list[HostProcess] = []
         self.started = 0

@@ -11,10 +11,13 @@ process:
 - sees the server's environment variables except `ORS_*` (the API key and the server's settings);
 - is killed with its whole group when the pool retires it, when the server stops, and, should the server die
   without stopping (SIGKILL), by itself: the end of its stdin pipe kills its group (see `host.py`);
-- has its stderr logged line by line, at most `--tool-server-log-bytes` bytes per process.
+- has its stderr logged line by line, at most `--tool-server-log-bytes` bytes per process;
+- may answer a call with at most `reply_limit(--max-output-chars)` bytes (a listing with `MAX_FRAME`): the reply's
+  header says its length and the request it answers, and a longer reply is refused on that header, before any of
+  it is read (the host itself refuses to send one: see `host.py`).
 
-A process that exits, or writes something that is not a frame, fails every request waiting on it with
-`HostFailed`; the pool then forgets it.
+A process that exits, writes something that is not a frame, or sends a reply longer than its bound, fails every
+request waiting on it with `HostFailed` and is killed; the pool then forgets it (and starts another when needed).
 """
 
 from __future__ import annotations
@@ -48,8 +51,22 @@ from ors_server.sandbox import AGENT_ID
 logger = logging.getLogger("ors_server.hosting")
 
 HEADER = struct.Struct(">I")
+REPLY_HEADER = struct.Struct(">IQ")
+"""A reply's header: its length and the id of the request it answers (see `host.py`)."""
 MAX_FRAME = 256 * 1024 * 1024
-"""The largest answer a host may send (a larger length ends the process)."""
+"""The longest answer to `load`, `describe` or `tasks` (a description, a task listing)."""
+LISTING_OPS = ("load", "describe", "tasks")
+BYTES_PER_CHAR = 6
+"""The most bytes one character of a result takes in a reply's JSON (a control character's `\\u00XX` escape; the
+host writes UTF-8, not ASCII-only JSON)."""
+REPLY_SLACK = 1024 * 1024
+"""Bytes of a reply besides its blocks' characters: the envelope, metadata, reward."""
+
+
+def reply_limit(max_output_chars: int) -> int:
+    """The longest reply to a call (or any request but a listing) that `max_output_chars` can need; a longer
+    one is refused on its length header, before a byte of it is read."""
+    return BYTES_PER_CHAR * max_output_chars + REPLY_SLACK
 HERE = Path(__file__).resolve().parent
 
 
@@ -77,6 +94,8 @@ class HostSpec:
     cwd: str
     memory_bytes: int = 8 * 1024**3
     log_bytes: int = 64 * 1024
+    reply_bytes: int = reply_limit(16 * 1024 * 1024)
+    """The longest reply to anything but a listing (`reply_limit(--max-output-chars)`)."""
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -108,6 +127,7 @@ class HostSpec:
             "source": source,
             "target": self.target,
             "options": dict(self.options),
+            "reply_bytes": self.reply_bytes,
         }
 
 
@@ -188,9 +208,9 @@ def describe_once(spec: HostSpec, timeout: float) -> dict[str, Any]:
 
 
 def _read_frame(fd: int, deadline: float) -> dict[str, Any] | None:
-    """One frame from a blocking pipe, or None at its end, past `deadline`, or on garbage."""
+    """One reply from a blocking pipe, or None at its end, past `deadline`, or on garbage."""
     buffer = b""
-    needed = HEADER.size
+    needed = REPLY_HEADER.size
     header_read = False
     while True:
         while len(buffer) < needed:
@@ -207,18 +227,21 @@ def _read_frame(fd: int, deadline: float) -> dict[str, Any] | None:
             except ValueError:
                 return None
             return message
-        (size,) = HEADER.unpack(buffer[: HEADER.size])
+        size, _rid = REPLY_HEADER.unpack(buffer[: REPLY_HEADER.size])
         if size > MAX_FRAME:
             return None
-        buffer, needed, header_read = buffer[HEADER.size :], size, True
+        buffer, needed, header_read = buffer[REPLY_HEADER.size :], size, True
 
 
 class _Waiter:
-    __slots__ = ("event", "answer")
+    __slots__ = ("event", "answer", "op", "limit")
 
-    def __init__(self) -> None:
+    def __init__(self, op: str, limit: int) -> None:
         self.event = anyio.Event()
         self.answer: dict[str, Any] | BaseException | None = None
+        self.op = op
+        self.limit = limit
+        """The longest reply this request may get."""
 
 
 class HostProcess:
@@ -276,9 +299,16 @@ class HostProcess:
         why = "it exited"
         try:
             while True:
-                (size,) = HEADER.unpack(await stream.receive_exactly(HEADER.size))
-                if size > MAX_FRAME:
-                    why = f"it sent a frame of {size} bytes"
+                size, rid = REPLY_HEADER.unpack(await stream.receive_exactly(REPLY_HEADER.size))
+                # Judged on the header alone: nothing of a reply longer than its request may need is read.
+                claimed = self._waiting.get(rid)
+                limit = self.spec.reply_bytes if claimed is None else claimed.limit
+                if size > limit:
+                    op = "" if claimed is None else f" to '{claimed.op}'"
+                    why = (
+                        f"it sent a reply{op} of {size} bytes, more than the {limit} it may "
+                        f"({BYTES_PER_CHAR} bytes a character of --max-output-chars, and {REPLY_SLACK} more)"
+                    )
                     break
                 answer = json.loads(await stream.receive_exactly(size))
                 waiter = self._waiting.pop(answer.get("id"), None)
@@ -315,7 +345,7 @@ class HostProcess:
         if self.dead is not None or self.process is None or self.process.stdin is None:
             raise HostFailed(f"the host process of {self.spec.label} ended: {self.dead or 'not started'}")
         rid = next(self._ids)
-        waiter = _Waiter()
+        waiter = _Waiter(op, MAX_FRAME if op in LISTING_OPS else self.spec.reply_bytes)
         self._waiting[rid] = waiter
         try:
             data = frame({"id": rid, "op": op, **fields})

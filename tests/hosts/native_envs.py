@@ -1,7 +1,9 @@
 """A native environment served from host processes (`isolated:native_envs:Fragile`) by tests/hosts/test_isolated.py:
 tools that answer, crash the host process, and hang it."""
 
+import gc
 import os
+import struct
 import threading
 import time
 
@@ -12,6 +14,10 @@ from ors_server import Environment, TextBlock, ToolOutput, tool
 
 class EchoInput(BaseModel):
     text: str
+
+
+class FloodInput(BaseModel):
+    chars: int
 
 
 MEETING = threading.Barrier(8)
@@ -54,5 +60,19 @@ class Fragile(Environment):
     @tool
     def hang(self) -> ToolOutput:
         """Never return."""
+        while True:
+            time.sleep(3600)
+
+    @tool
+    def flood(self, params: FloodInput) -> ToolOutput:
+        """Return `chars` characters."""
+        return ToolOutput(blocks=[TextBlock(text="x" * params.chars)])
+
+    @tool
+    def forge(self) -> ToolOutput:
+        """Write a reply header claiming 200 MB straight to the protocol's pipe (as agent code in a host could),
+        send 1 MB of it, and hang."""
+        host = next(o for o in gc.get_objects() if type(o).__name__ == "Host" and hasattr(o, "out_fd"))
+        os.write(host.out_fd, struct.pack(">IQ", 200_000_000, 0) + b"x" * 1_000_000)
         while True:
             time.sleep(3600)

@@ -62,7 +62,7 @@ def _call(client: TestClient, sid: str, name: str, arguments: dict | None = None
 
 def test_describes_lists_and_runs_like_a_native_environment(client: TestClient) -> None:
     tools = client.get("/fragile/tools").json()["tools"]
-    assert [t["name"] for t in tools] == ["echo", "whoami", "meet", "crash", "hang"]
+    assert [t["name"] for t in tools] == ["echo", "whoami", "meet", "crash", "hang", "flood", "forge"]
     assert tools[0]["input_schema"]["required"] == ["text"]
     assert client.get("/fragile/splits").json() == [
         {"name": "train", "type": "train"},
