@@ -203,6 +203,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = Settings.from_env(**_settings_of(args))
     except ValueError as exc:
         raise SystemExit(f"ors-server: {exc}") from None
+    if args.api_key is not None:
+        print(
+            "ors-server: WARNING: --api-key puts the key on the command line, visible to every local process "
+            "(ps, /proc): give it in $ORS_API_KEY or --api-key-file instead",
+            file=sys.stderr,
+        )
     if settings.codeact:
         _check_codeact(settings)
     # Every process of a deployment records to the same place: a file named once, as an absolute path.

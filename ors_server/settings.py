@@ -180,7 +180,17 @@ class Network:
         secret=True,
     )
     """The key every request but `/health` must carry; it travels to other processes of a deployment in their
-    environment, never in `to_json`."""
+    environment, never in `to_json`. Given on the command line it is visible to every local process (`ps`):
+    `$ORS_API_KEY` or `api_key_file` keep it off."""
+    api_key_file: str | None = setting(
+        None,
+        "read the key from this file (its first line), so that it is not on the command line",
+        metavar="PATH",
+        shown="none",
+        secret=True,
+    )
+    """A file holding the key (its first line; surrounding whitespace ignored), read when the settings are built
+    (`from_env`); not sent to other processes of a deployment, which get the key itself in their environment."""
     allowed_hosts: tuple[str, ...] = setting(
         (),
         "a Host header to accept besides loopback and --host (name:port, name, or name:*); repeat for more",
@@ -367,6 +377,18 @@ class Records:
     whenever something of it is recorded); past it a new one is refused with 503 and `Retry-After`."""
 
 
+def read_key_file(path: str) -> str:
+    """The API key in the file at `path`: its first line, stripped; ValueError naming the file otherwise."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            key = file.readline().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"api_key_file {path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    if not key:
+        raise ValueError(f"api_key_file {path!r} holds no key (its first line is empty)")
+    return key
+
+
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "positive": (lambda v: v > 0, "must be positive"),
     "at_least_1": (lambda v: v >= 1, "must be at least 1"),
@@ -408,7 +430,13 @@ class Settings(Scale, Records, Sandbox, Network, Pools, Limits):
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
-        """Settings from keyword overrides, with the API key from `ORS_API_KEY` when not given."""
+        """Settings from keyword overrides, with the API key from `api_key_file` or else `ORS_API_KEY` when not
+        given."""
+        key_file = overrides.get("api_key_file")
+        if key_file is not None:
+            if overrides.get("api_key") is not None:
+                raise ValueError("api_key and api_key_file are both given: give the key one way")
+            overrides["api_key"] = read_key_file(str(key_file))
         if overrides.get("api_key") is None and os.environ.get("ORS_API_KEY"):
             overrides["api_key"] = os.environ["ORS_API_KEY"]
         if overrides.get("codeact_sandbox") is None and os.environ.get("ORS_CODEACT_SANDBOX"):

@@ -67,6 +67,8 @@ def reply_limit(max_output_chars: int) -> int:
     """The longest reply to a call (or any request but a listing) that `max_output_chars` can need; a longer
     one is refused on its length header, before a byte of it is read."""
     return BYTES_PER_CHAR * max_output_chars + REPLY_SLACK
+
+
 HERE = Path(__file__).resolve().parent
 
 

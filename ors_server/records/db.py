@@ -126,6 +126,9 @@ class Database:
             import psycopg
 
             return psycopg.connect(self.target, autocommit=True)
+        # Made 0600 before SQLite opens it (SQLite gives the WAL and shared-memory files the database's mode): the
+        # records hold every episode's outputs, for this server's user alone.
+        os.close(os.open(self.target, os.O_RDWR | os.O_CREAT, 0o600))
         conn = sqlite3.connect(
             self.target, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
         )

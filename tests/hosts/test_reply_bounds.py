@@ -47,7 +47,9 @@ def _create(client: TestClient, sid: str) -> None:
 
 
 def _call(client: TestClient, sid: str, name: str, arguments: dict | None = None) -> dict:
-    response = client.post("/fragile/call", json={"name": name, "input": arguments or {}}, headers={"X-Session-ID": sid})
+    response = client.post(
+        "/fragile/call", json={"name": name, "input": arguments or {}}, headers={"X-Session-ID": sid}
+    )
     assert response.status_code == 200, response.text
     return _end(response.text)
 
