@@ -15,7 +15,6 @@ RUN apt-get update \
 WORKDIR /opt/ors-server
 COPY pyproject.toml README.md ./
 COPY ors_server ./ors_server
-COPY environments ./environments
 RUN pip install --no-cache-dir . && rm -rf /opt/ors-server
 
 # Agent code never runs as root: the server runs as this user, and sandboxed commands as uid 65534 inside.

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.envs import Counter  # noqa: E402
 from bench.inprocess import BODY, request  # noqa: E402
-from ors_server.app import create_app  # noqa: E402
+from ors_server.http.app import create_app  # noqa: E402
 from ors_server.loading import resolve_environments  # noqa: E402
 from ors_server.settings import Settings  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Price of the HTTP limits on the call path: `python bench/http_protocol.py` (options: --help).
 
 Our server as `ors-server serve` runs it (httptools with the header size and read-time bounds of
-`ors_server.http_limits`) against the same server on uvicorn's stock httptools protocol, interleaved round by
+`ors_server.http.http_protocol`) against the same server on uvicorn's stock httptools protocol, interleaved round by
 round, on workload a of `bench/run.py` (8 sessions calling a never-ending counter tool over ORS).
 """
 
@@ -27,8 +27,8 @@ def serve_for_bench(protocol: str, port: int) -> None:
     import uvicorn
 
     from bench.envs import Counter
-    from ors_server.app import create_app
-    from ors_server.server import uvicorn_config
+    from ors_server.http.app import create_app
+    from ors_server.http.server import uvicorn_config
     from ors_server.settings import Settings
 
     settings = Settings(port=port, log_level="warning")

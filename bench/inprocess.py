@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ceiling import app as ceiling_app  # noqa: E402
 from bench.envs import AsyncCounter, Counter  # noqa: E402
-from ors_server.app import create_app  # noqa: E402
+from ors_server.http.app import create_app  # noqa: E402
 from ors_server.settings import Settings  # noqa: E402
 
 BODY = json.dumps({"name": "tick", "input": {}}).encode()

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from environments.math import Math  # noqa: E402
 from ors_server.calls import ToolCall  # noqa: E402
+from ors_server.environments.math import Math  # noqa: E402
 from ors_server.records.db import Database  # noqa: E402
 from ors_server.records.recorder import _batch, _Open  # noqa: E402
 from ors_server.sessions import Session  # noqa: E402

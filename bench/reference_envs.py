@@ -2,7 +2,7 @@
 
     bench/.venvs/openreward/bin/python bench/reference_envs.py --port 8001
 
-They match `bench/envs.py` (Counter) and `environments/math.py` (Math, given its task as a task spec).
+They match `bench/envs.py` (Counter) and `ors_server/environments/math.py` (Math, given its task as a task spec).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import anyio
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ors_server.app import create_app  # noqa: E402
+from ors_server.http.app import create_app  # noqa: E402
 from ors_server.loading import resolve_environments  # noqa: E402
 from ors_server.settings import Settings  # noqa: E402
 

@@ -264,8 +264,8 @@ app = Starlette(routes=[WebSocketRoute("/ws", echo)])
 FRONT_APP = """
 import sys
 import uvicorn
-from ors_server.guards import HeaderChecks
-from ors_server.hosts import AllowedHosts
+from ors_server.http.guards import HeaderChecks
+from ors_server.http.hosts import AllowedHosts
 from ors_server.scale.front import Front
 from ors_server.ids import WorkerTag
 from ors_server.scale.refusals import Refusals

@@ -20,9 +20,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from environments.math import Math  # noqa: E402
-from environments.shell import Shell  # noqa: E402
 from ors_server.calls import Calls  # noqa: E402
+from ors_server.environments.math import Math  # noqa: E402
+from ors_server.environments.shell import Shell  # noqa: E402
 from ors_server.sessions import SessionStore  # noqa: E402
 from ors_server.settings import Settings  # noqa: E402
 from ors_server.types import ToolOutput  # noqa: E402

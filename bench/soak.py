@@ -351,7 +351,7 @@ def stop_server(process: subprocess.Popen[bytes], stats: Stats) -> None:
 
 
 async def soak(args: argparse.Namespace, process: subprocess.Popen[bytes], port: int, stats: Stats) -> dict[str, Any]:
-    from environments.math import Math
+    from ors_server.environments.math import Math
 
     tasks = Math.num_tasks("train")
     await wait_until_serving(port, process)

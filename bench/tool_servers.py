@@ -27,7 +27,7 @@ import httpx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.serving import free_port  # noqa: E402
 
-MARK = b"environments.tool_servers.calc"
+MARK = b"ors_server.environments.tool_servers.calc"
 
 
 PARENT = 0

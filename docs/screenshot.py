@@ -24,10 +24,10 @@ import uvicorn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from environments.frozen_lake import FrozenLake  # noqa: E402
-from environments.math import TASKS, Math  # noqa: E402
-from ors_server.app import create_app  # noqa: E402
-from ors_server.server import uvicorn_config  # noqa: E402
+from ors_server.environments.frozen_lake import FrozenLake  # noqa: E402
+from ors_server.environments.math import TASKS, Math  # noqa: E402
+from ors_server.http.app import create_app  # noqa: E402
+from ors_server.http.server import uvicorn_config  # noqa: E402
 from ors_server.settings import Settings  # noqa: E402
 
 KEY = "screenshot-key"

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
     from ors_server.environment import Environment, InvalidTaskSpec, tool
     from ors_server.gym import GymEnvironment
     from ors_server.sandboxes.interface import CommandResult, Sandbox
-    from ors_server.server import Server
+    from ors_server.http.server import Server
     from ors_server.types import Blocks, ImageBlock, Split, TextBlock, ToolOutput
 
 _HOMES = {
@@ -29,7 +29,7 @@ _HOMES = {
     "ImageBlock": "ors_server.types",
     "InvalidTaskSpec": "ors_server.environment",
     "Sandbox": "ors_server.sandboxes.interface",
-    "Server": "ors_server.server",
+    "Server": "ors_server.http.server",
     "Split": "ors_server.types",
     "StdioServer": "ors_server.compose.servers",
     "TextBlock": "ors_server.types",

@@ -49,9 +49,9 @@ from ors_server.compose.toolbox import ToolServerFailed
 from ors_server.environment import PROGRESS_REPORTER, Environment, ToolDef
 from ors_server.errors import ToolServerUnavailable
 from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal
+from ors_server.runtime.worker_threads import run_in_thread
 from ors_server.sessions import Episode, EpisodeEnd, EpisodeWatcher, Session, SessionStore, State
 from ors_server.types import ToolOutput
-from ors_server.worker_threads import run_in_thread
 
 logger = logging.getLogger("ors_server.calls")
 

@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for server in env_cls.mcp_servers:
                 print(f"    {server.name}__*: the tools of MCP server '{server.name}' (listed when served)")
         return
-    from ors_server.server import Server
+    from ors_server.http.server import Server
 
     if args.workers is not None and args.workers < 1:
         raise SystemExit("ors-server: --workers must be at least 1")
@@ -286,7 +286,7 @@ def _load_errors(debug: bool, *kinds: type[Exception]) -> Iterator[None]:
 @contextlib.contextmanager
 def _listen_errors() -> Iterator[None]:
     """An address that cannot be listened on (in use, say), in any mode: one line, exit 1."""
-    from ors_server.server import CannotListen
+    from ors_server.http.server import CannotListen
 
     try:
         yield

@@ -1,6 +1,6 @@
 """`--env` specs to environment classes: built-in names, `module:Class` imported from the working directory,
 `FRAMEWORK:module:Class[@PYTHON]` served from host processes (`ors_server.hosting`), or `reasoning-gym:...`
-(the library's datasets, `environments/reasoning_gym.py`).
+(the library's datasets, `ors_server/environments/reasoning_gym.py`).
 
 As `uvicorn main:app` does, a `module:Class` spec imports from the directory the server was started in, with no
 `PYTHONPATH` needed. Worker and front processes (and Ray actors on this host) are handed that directory, so they
@@ -26,7 +26,7 @@ class LoadError(Exception):
 
 
 def builtin_environments() -> list[type[Environment]]:
-    from environments import BUILTIN_ENVIRONMENTS
+    from ors_server.environments import BUILTIN_ENVIRONMENTS
 
     return list(BUILTIN_ENVIRONMENTS)
 
@@ -62,9 +62,9 @@ REASONING_GYM = "reasoning-gym:"
 
 
 def reasoning_gym_environments(spec: str, app_dir: str | None = None) -> list[type[Environment]]:
-    """`reasoning-gym:...`: the library's datasets (environments/reasoning_gym.py has the grammar), imported
+    """`reasoning-gym:...`: the library's datasets (ors_server/environments/reasoning_gym.py has the grammar), imported
     only here, so a server without the extra starts as fast as ever."""
-    from environments.reasoning_gym import environments_for
+    from ors_server.environments.reasoning_gym import environments_for
 
     try:
         return list(environments_for(spec.removeprefix(REASONING_GYM), os.getcwd() if app_dir is None else app_dir))

@@ -59,11 +59,11 @@ from ors_server.errors import (
     TaskTooLarge,
     WrongEnvironment,
 )
-from ors_server.lazy_event import LazyEvent
 from ors_server.masking import Masker
+from ors_server.runtime.lazy_event import LazyEvent
+from ors_server.runtime.worker_threads import run_in_thread
 from ors_server.settings import Settings
 from ors_server.types import Blocks
-from ors_server.worker_threads import run_in_thread
 
 logger = logging.getLogger("ors_server.sessions")
 

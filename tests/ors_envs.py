@@ -338,7 +338,7 @@ def live_server(
     envs: list[type[Environment]] | None = None, log_level: str = "warning", **settings: Any
 ) -> Iterator[Live]:
     """A real uvicorn server for `envs` (default: ENVS) with FAST settings overridden by `settings`."""
-    from ors_server.app import create_app
+    from ors_server.http.app import create_app
     from ors_server.settings import Settings
     from tests.serving import serve
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from ors_server.server import uvicorn_config
+from ors_server.http.server import uvicorn_config
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """Aliases: the names faces give sessions besides their store keys, resolved through the core."""
 
-from ors_server.aliases import Aliases
+from ors_server.faces.aliases import Aliases
 
 
 def test_a_name_no_face_gave_resolves_to_nothing() -> None:

@@ -7,7 +7,7 @@ import pytest
 from pydantic import BaseModel
 
 from ors_server import Environment, GymEnvironment, TextBlock, ToolOutput, tool
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 
 
 class Move(BaseModel):

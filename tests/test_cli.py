@@ -23,9 +23,9 @@ def test_envs_lists_every_builtin_environment_with_its_tools_and_splits(capsys: 
 
 
 def test_environments_resolve_by_name_case_insensitively_and_by_import_path() -> None:
-    from environments.math import Math
+    from ors_server.environments.math import Math
 
-    assert resolve_environments(["MATH", "environments.math:Math"]) == [Math, Math]
+    assert resolve_environments(["MATH", "ors_server.environments.math:Math"]) == [Math, Math]
     assert [env.name for env in resolve_environments([])][0] == "math"
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ors_server.coalescing import CoalescingTransport
+from ors_server.http.coalescing import CoalescingTransport
 from tests.serving import free_port
 
 pytestmark = pytest.mark.anyio

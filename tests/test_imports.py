@@ -8,7 +8,10 @@ and no two modules import each other, however indirectly.
 
 Every import counts, also one inside a function (a lazy import is still an arrow), except under
 `if TYPE_CHECKING:`, which never runs. `ors_server/__init__.py` is the public authoring API: it sits above
-every floor and imports lazily (tests/test_public_api.py, tests/test_lazy_import.py), and no module imports it.
+every floor and imports lazily (tests/test_public_api.py, tests/test_lazy_import.py), and no module imports it
+but the built-in environments (`ors_server/environments/`): they stand beside the floors, written as a user's
+environment is, against the public API (and the sandbox builder, for the shell), and only `loading.py` imports
+them, by name.
 """
 
 from __future__ import annotations
@@ -26,17 +29,12 @@ FLOORS = {
     "app": 2,
     "top": 3,
 }
-FACES = {"ors_server.faces", "ors_server.sse", "ors_server.ws_limits", "ors_server.ui"}
-APP = {
-    "ors_server.app",
-    "ors_server.server",
-    "ors_server.guards",
-    "ors_server.hosts",
-    "ors_server.http_limits",
-    "ors_server.observability",
-    "ors_server.lookup",
-}
+FACES = {"ors_server.faces", "ors_server.ui"}
+APP = {"ors_server.http"}
 TOP = {"ors_server.scale", "ors_server.cli", "ors_server.__main__"}
+BUILTINS = "ors_server.environments"
+BUILTINS_MAY_IMPORT = {"ors_server", "ors_server.sandboxes"}
+BUILTINS_IMPORTED_BY = {"ors_server.loading"}
 
 
 def module_name(path: Path) -> str:
@@ -102,20 +100,39 @@ GRAPH = {module: imports_of(module) for module in MODULES}
 
 def test_the_import_reader_sees_imports_inside_functions_and_skips_type_checking_blocks() -> None:
     assert "ors_server.sessions" in GRAPH["ors_server.calls"]
-    assert "ors_server.faces.ors" in GRAPH["ors_server.app"]  # `from ors_server.faces import ors`
+    assert "ors_server.faces.ors" in GRAPH["ors_server.http.app"]  # `from ors_server.faces import ors`
     tree = ast.parse("if TYPE_CHECKING:\n    import a\nelse:\n    import b\ndef f():\n    import c\n")
     seen = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
     assert seen == ["a", "b", "c"]  # what ast sees; `imports_of` drops only the first
 
 
-@pytest.mark.parametrize("module", sorted(MODULES))
+def is_builtin(module: str) -> bool:
+    return module == BUILTINS or module.startswith(BUILTINS + ".")
+
+
+@pytest.mark.parametrize("module", sorted(module for module in MODULES if not is_builtin(module)))
 def test_every_import_runs_down_a_floor_or_stays_on_its_own(module: str) -> None:
     if module == "ors_server":
         return  # the public API, above every floor (lazily)
     upward = sorted(
-        imported for imported in GRAPH[module] if imported == "ors_server" or floor_of(imported) > floor_of(module)
+        imported
+        for imported in GRAPH[module]
+        if imported == "ors_server"
+        or (is_builtin(imported) and module not in BUILTINS_IMPORTED_BY)
+        or (not is_builtin(imported) and floor_of(imported) > floor_of(module))
     )
     assert upward == [], f"{module} (floor {floor_of(module)}) imports a higher floor: {upward}"
+
+
+@pytest.mark.parametrize("module", sorted(module for module in MODULES if is_builtin(module)))
+def test_builtin_environments_import_only_the_public_api(module: str) -> None:
+    allowed = {*BUILTINS_MAY_IMPORT, BUILTINS}
+    internal = sorted(
+        imported
+        for imported in GRAPH[module]
+        if not any(imported == name or imported.startswith(name + ".") for name in allowed)
+    )
+    assert internal == [], f"{module} reaches into the server's internals: {internal}"
 
 
 def test_no_two_modules_import_each_other() -> None:

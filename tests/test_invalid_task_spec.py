@@ -12,7 +12,7 @@ import pytest
 from websockets.sync.client import connect
 
 from ors_server import Environment, InvalidTaskSpec, TextBlock, ToolOutput, tool
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.serving import serve
 
@@ -89,7 +89,7 @@ def test_an_openenv_reset_to_a_refused_task_says_why(base):
 
 
 def test_the_built_in_math_refuses_a_task_spec_without_question_and_answer():
-    from environments.math import Math
+    from ors_server.environments.math import Math
 
     with serve(create_app([Math], Settings())) as url, httpx.Client(base_url=url, timeout=30) as client:
         sid = client.post("/create_session").json()["sid"]

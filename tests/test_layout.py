@@ -1,19 +1,29 @@
-"""The test tree can never shadow the packages it tests, whichever way pytest is started."""
+"""The repository's layout: the test tree can never shadow the packages it tests, whichever way pytest is started,
+and the package shows its architecture in its folders."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import environments
 import ors_server
+import ors_server.environments
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_top_level_packages_are_the_repository_ones() -> None:
-    assert Path(environments.__file__).resolve().parent == ROOT / "environments"
     assert Path(ors_server.__file__).resolve().parent == ROOT / "ors_server"
+    # The built-ins ship inside the package: a top-level `environments` would shadow a user's own.
+    assert Path(ors_server.environments.__file__).resolve().parent == ROOT / "ors_server" / "environments"
+    assert not (ROOT / "environments").exists()
+
+
+def test_the_package_root_holds_at_most_16_modules() -> None:
+    # The rest live in subpackages named by concern (http/, faces/, sandboxes/, runtime/, ...), so the folder
+    # shows the architecture (docs/architecture.md).
+    modules = sorted(path.name for path in (ROOT / "ors_server").glob("*.py"))
+    assert len(modules) <= 16, modules
 
 
 def test_no_folder_inside_tests_is_on_sys_path() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from ors_server.lazy_event import LazyEvent
+from ors_server.runtime.lazy_event import LazyEvent
 
 pytestmark = pytest.mark.anyio
 

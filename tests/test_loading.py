@@ -152,3 +152,14 @@ def test_the_loader_imports_from_the_directory_it_is_given(app_dir: Path) -> Non
     assert env_cls.name == "guess"
     with pytest.raises(LoadError, match="has no class 'Nope'"):
         resolve_environments(["guessing:Nope"], str(app_dir))
+
+
+def test_a_package_of_the_users_named_environments_is_served_beside_the_builtins(app_dir: Path) -> None:
+    # The built-ins live inside `ors_server`, so a user's own top-level `environments` package is theirs to import.
+    package = app_dir / "environments"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "guessing.py").write_text(GUESS)
+    done = _run(["envs", "--env", "environments.guessing:Guess", "--env", "math"], app_dir)
+    assert done.returncode == 0, done.stderr
+    assert "guess" in done.stdout and "math" in done.stdout

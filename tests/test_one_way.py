@@ -10,7 +10,7 @@ from unittest.mock import patch
 
 from starlette.routing import BaseRoute, Mount
 
-from ors_server.app import SHAPES, create_app
+from ors_server.http.app import SHAPES, create_app
 from ors_server.sessions import SessionStore
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ors_server"
@@ -27,7 +27,7 @@ def test_there_is_one_uvicorn_server_class() -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.ClassDef) and any(ast.unparse(base) == "uvicorn.Server" for base in node.bases)
     ]
-    assert found == ["ors_server/server.py:UvicornServer"]
+    assert found == ["ors_server/http/server.py:UvicornServer"]
 
 
 def test_servers_are_started_only_through_that_class() -> None:
@@ -58,7 +58,7 @@ def _paths(routes: Sequence[BaseRoute]) -> list[str]:
 
 
 def test_the_front_knows_each_face_by_the_same_routes_the_server_serves() -> None:
-    from environments.math import Math
+    from ors_server.environments.math import Math
 
     served = create_app([Math]).state.faces.faces
     shapes = [shape() for shape in SHAPES]

@@ -49,8 +49,8 @@ def test_a_port_in_use_is_one_line_and_exit_1(taken_port: int, mode: list[str]) 
 
 def test_a_second_deployment_with_several_fronts_does_not_share_the_port_of_the_first() -> None:
     """SO_REUSEPORT lets the fronts of one deployment share a port; it must not let another deployment join."""
+    from ors_server.http.server import CannotListen
     from ors_server.scale.fronts import listeners
-    from ors_server.server import CannotListen
 
     first = listeners("127.0.0.1", 0, 2)
     try:
@@ -64,7 +64,7 @@ def test_a_second_deployment_with_several_fronts_does_not_share_the_port_of_the_
 
 def test_every_address_of_the_host_is_listened_on_with_one_port() -> None:
     """As uvicorn binds a name: an empty host (or a name with an IPv4 and an IPv6 address) gets a socket each."""
-    from ors_server.server import listen
+    from ors_server.http.server import listen
 
     infos = socket.getaddrinfo(None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets = listen("", 0)

@@ -1,5 +1,5 @@
-"""The shared sandbox builder's host-side helpers (`ors_server.sandbox`); the sandboxes themselves are tested
-through CodeAct (`tests/codeact/`) and the shell environment (`tests/environments/`)."""
+"""The shared sandbox builder's host-side helpers (`ors_server.sandboxes.bubblewrap`); the sandboxes themselves are
+tested through CodeAct (`tests/codeact/`) and the shell environment (`tests/environments/`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from ors_server.app import create_app
-from ors_server.sandbox import ENFORCEMENT, remove_tree, sweep_orphans
+from ors_server.http.app import create_app
+from ors_server.sandboxes.bubblewrap import ENFORCEMENT, remove_tree, sweep_orphans
 from tests.faces.mcp_helpers import Counter
 
 

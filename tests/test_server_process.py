@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_server_process_freezes_what_it_loaded_at_startup_out_of_the_garbage_collectors_sight() -> None:
     port = free_port()
     script = (
-        "from ors_server.server import Server\n"
+        "from ors_server.http.server import Server\n"
         "from tests.ors_envs import ProcessProbe\n"
         f"Server([ProcessProbe], port={port}, log_level='warning').run()\n"
     )

@@ -8,8 +8,8 @@ import threading
 import anyio
 import pytest
 
-from ors_server import worker_threads
-from ors_server.worker_threads import run_in_thread
+from ors_server.runtime import worker_threads
+from ors_server.runtime.worker_threads import run_in_thread
 
 pytestmark = pytest.mark.anyio
 

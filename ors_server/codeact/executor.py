@@ -32,7 +32,7 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ors_server.codeact.sandbox import SandboxMode, check_sandbox, launch
-from ors_server.sandbox import Resources, closing_fd, private_dir, remove_tree, seccomp_fd
+from ors_server.sandboxes.bubblewrap import Resources, closing_fd, private_dir, remove_tree, seccomp_fd
 
 if TYPE_CHECKING:
     from ors_server.codeact.pool import SandboxPool

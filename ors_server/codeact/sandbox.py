@@ -1,6 +1,6 @@
 """How a CodeAct step's process is started: under bubblewrap (the default), or bare when the operator opts out.
 
-Under bwrap the step runs in a sandbox built by `ors_server.sandbox` (the one builder shared with the shell
+Under bwrap the step runs in a sandbox built by `ors_server.sandboxes.bubblewrap` (the one builder shared with the shell
 environment; its docstring says what every sandbox gets): as uid/gid 65534, also outside its namespaces when the
 server is root; no network at all; a read-only root that holds only `/usr` (with the host's `/bin`, `/lib`...
 links) and the Python installation; its own read-only `/proc`, a read-only `/dev`, and a small private tmpfs
@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
-from ors_server.sandbox import as_agent, bwrap_argv, optional_flags, root_dirs
+from ors_server.sandboxes.bubblewrap import as_agent, bwrap_argv, optional_flags, root_dirs
 
 SandboxMode = Literal["bwrap", "none"]
 SANDBOX_ENV = "ORS_CODEACT_SANDBOX"

@@ -1,7 +1,7 @@
 """Composition: an environment's MCP tool servers, whose tools join its own.
 
     class Calculator(Environment):
-        mcp_servers = [StdioServer("calc", [sys.executable, "-m", "environments.tool_servers.calc"])]
+        mcp_servers = [StdioServer("calc", [sys.executable, "-m", "ors_server.environments.tool_servers.calc"])]
 
 `servers` holds what an author declares (`StdioServer`, `HttpServer`); `toolbox` one episode's open
 connections; `catalogue` the namespaced tools of each class (`<server>__<tool>`), listed once and cached;

@@ -33,7 +33,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from ors_server.compose import launch
-from ors_server.sandbox import AGENT_ID
+from ors_server.sandboxes.bubblewrap import AGENT_ID
 
 logger = logging.getLogger("ors_server.compose")
 

@@ -18,7 +18,7 @@ How to add a face
        sessions only through `core.store` (`open`, `get`, `get_ready`, `reset`, `read_prompt`,
        `initial_observation`, `discard`), call tools only through `core.calls` (`tools`, `start`, `call`,
        `find`, naming the face in `face=`), and raise `OrsError`s; they never build error responses inline.
-    2. Add one line, `<name>.face`, to `FACES` in `ors_server/app.py`, and one, `<name>.shape`, to `SHAPES`:
+    2. Add one line, `<name>.face`, to `FACES` in `ors_server/http/app.py`, and one, `<name>.shape`, to `SHAPES`:
        `shape() -> Face` is the same name, routes and renderer with no core behind them (the routes' endpoints
        may lead nowhere), which is all a scale-out front needs to refuse in the face's shape.
     That is all: the app runs the lifespan, and one table (`FaceTable`) learns which face a request belongs to
@@ -46,9 +46,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, NoMatchFound, Router
 from starlette.types import Receive, Scope, Send
 
-from ors_server.aliases import Aliases
 from ors_server.calls import Calls
 from ors_server.errors import OrsError
+from ors_server.faces.aliases import Aliases
 from ors_server.registry import Registry
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings

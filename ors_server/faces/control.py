@@ -26,11 +26,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ors_server import wirejson
-from ors_server.aliases import Aliases
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionExpired, SessionNotFound
-from ors_server.faces import Core, Face
+from ors_server.faces import Core, Face, wirejson
+from ors_server.faces.aliases import Aliases
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
 

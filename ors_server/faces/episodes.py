@@ -17,9 +17,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ors_server import sse
 from ors_server.errors import BadRequest, NotFound, OrsError, StreamsFull
-from ors_server.faces import Core, Face
+from ors_server.faces import Core, Face, sse
 from ors_server.records.labels import checked
 from ors_server.records.reading import DEFAULT_LIMIT, FORMATS, MAX_LIMIT, Filters, Reader
 

@@ -83,7 +83,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ors_server import wirejson
 from ors_server.calls import CallResult, Calls, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
@@ -96,7 +95,7 @@ from ors_server.errors import (
     TooManyTransports,
     Unavailable,
 )
-from ors_server.faces import Core, Face
+from ors_server.faces import Core, Face, wirejson
 from ors_server.faces.mcp_plain_call import answer, held, negotiated_version, plain_call
 from ors_server.faces.tagging import public_id, tagged_transport
 from ors_server.ids import split, worker_tag
@@ -236,7 +235,7 @@ def _no_header_parameters(name: str) -> None:
 
 
 def _security() -> TransportSecuritySettings:
-    # Host and Origin are checked once for every face by the Guard (ors_server.hosts), with the same rules as
+    # Host and Origin are checked once for every face by the Guard (ors_server.http.hosts), with the same rules as
     # the SDK's but case-insensitive names; the SDK still checks a POST's Content-Type.
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 

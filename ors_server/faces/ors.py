@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ors_server import ids, sse, wirejson
+from ors_server import ids
 from ors_server.calls import CallResult, Calls, ToolCall, ToolCrashed, ToolRejected
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import (
@@ -32,7 +32,7 @@ from ors_server.errors import (
     OrsError,
     Unavailable,
 )
-from ors_server.faces import Core, Face
+from ors_server.faces import Core, Face, sse, wirejson
 from ors_server.faces.openapi import Endpoint, openapi_document
 from ors_server.progress import ProgressFeed
 from ors_server.records.labels import HEADER as LABELS_HEADER

@@ -46,7 +46,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ors_server.compose import launch
 from ors_server.compose.stdio import REAP_WAIT, StderrLog
-from ors_server.sandbox import AGENT_ID
+from ors_server.sandboxes.bubblewrap import AGENT_ID
 
 logger = logging.getLogger("ors_server.hosting")
 

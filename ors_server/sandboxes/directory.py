@@ -1,6 +1,6 @@
 """`BubblewrapSandbox`: a host directory shown at `/work` inside bubblewrap, each command in a sandbox of its own.
 
-Every `run` starts bubblewrap afresh over the same working directory, with the hardening of `ors_server.sandbox`
+Every `run` starts bubblewrap afresh over the same working directory, with the hardening of `ors_server.sandboxes.bubblewrap`
 (its docstring says what every sandbox gets): uid/gid 65534, new namespaces (no network), `/usr` and `/etc`
 read-only, a private `/tmp`, the working directory writable at `/work`, a seccomp filter, and `Resources` set as
 rlimits inside. So commands share files and nothing else: no process outlives its command (the sandbox's pid 1
@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from ors_server.sandbox import Resources, as_agent, bwrap_argv, closing_fd, root_dirs, seccomp_fd
+from ors_server.sandboxes.bubblewrap import Resources, as_agent, bwrap_argv, closing_fd, root_dirs, seccomp_fd
 from ors_server.sandboxes.interface import (
     DEFAULT_TIMEOUT,
     MAX_OUTPUT,
@@ -45,7 +45,7 @@ class BubblewrapSandbox(Sandbox):
     """Commands over `host_dir` (shown at `/work`), each in its own bubblewrap sandbox (see the module).
 
     `host_dir` must exist and be writable by uid 65534 when the server is root; its owner makes and removes it.
-    `flags`: optional bubblewrap flags known to work here (`ors_server.sandbox.optional_flags()`).
+    `flags`: optional bubblewrap flags known to work here (`ors_server.sandboxes.bubblewrap.optional_flags()`).
     """
 
     def __init__(

@@ -8,7 +8,7 @@ path they touch is resolved inside the sandbox by the sandbox itself, never on t
 Backends:
 
 - `BubblewrapSandbox` (`sandboxes/directory.py`): a host directory shown at `/work` inside bubblewrap, with the
-  hardening of `ors_server.sandbox` (the shell environment's sandbox);
+  hardening of `ors_server.sandboxes.bubblewrap` (the shell environment's sandbox);
 - a container backend (podman) implements the same interface for container tasks.
 
 A backend implements `run` and `close`; `read_file` and `write_file` have portable defaults made of `run` (a

@@ -12,5 +12,5 @@
 What a worker needs of this lives on the floors below, so nothing under `scale/` is imported by them: session
 ids that name their worker (`ors_server.ids`, core), the MCP face's transport-id tagging
 (`ors_server.faces.tagging`), and the worker side of placement, which answers a front's lookups and reports the
-worker's load (`ors_server.lookup`, middleware of the app floor).
+worker's load (`ors_server.http.lookup`, middleware of the app floor).
 """

@@ -10,16 +10,16 @@ from typing import Any
 
 import uvicorn
 
-from ors_server.guards import HeaderChecks
-from ors_server.hosts import AllowedHosts
-from ors_server.http_limits import BoundedHttpToolsProtocol
+from ors_server.http.guards import HeaderChecks
+from ors_server.http.hosts import AllowedHosts
+from ors_server.http.http_protocol import BoundedHttpToolsProtocol
+from ors_server.http.server import WS_PING_INTERVAL, WS_PING_TIMEOUT
+from ors_server.http.websocket_protocol import BoundedWebSocketProtocol
 from ors_server.ids import WorkerTag
 from ors_server.scale.front import Front
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Worker, WorkerTable
-from ors_server.server import WS_PING_INTERVAL, WS_PING_TIMEOUT
 from ors_server.settings import Settings
-from ors_server.ws_limits import BoundedWebSocketProtocol
 
 
 def build_front(

@@ -26,9 +26,9 @@ import websockets
 from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection
 
-from ors_server.guards import HeaderChecks, refuse_websocket
+from ors_server.http.guards import HeaderChecks, refuse_websocket
+from ors_server.http.lookup import KEY_HEADER, LOAD_HEADER, LOOKUP_PATH, parse_load
 from ors_server.ids import WorkerTag, split
-from ors_server.lookup import KEY_HEADER, LOAD_HEADER, LOOKUP_PATH, parse_load
 from ors_server.scale import metrics as merged
 from ors_server.scale.directory import DEFAULT_SIZE, Directory
 from ors_server.scale.keys import (

@@ -20,11 +20,11 @@ from contextlib import asynccontextmanager
 
 import uvicorn
 
+from ors_server.http.server import UvicornServer, configure_logging
 from ors_server.ids import WorkerTag
 from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.directory import Directory
 from ors_server.scale.table import Worker, WorkerTable
-from ors_server.server import UvicornServer, configure_logging
 from ors_server.settings import Settings
 
 SPEC_VARIABLE = "ORS_FRONT_SPEC"

@@ -38,12 +38,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ors_server.http.server import bind, configure_logging
 from ors_server.ids import WorkerTag
 from ors_server.scale import front_process
 from ors_server.scale.children import wait_or_kill
 from ors_server.scale.local import RESTART_BACKOFF, LocalWorkers
 from ors_server.scale.table import WorkerTable
-from ors_server.server import bind, configure_logging
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.fronts")

@@ -22,13 +22,13 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+from ors_server.http.server import UvicornServer, announce, configure_logging, listen
 from ors_server.ids import WorkerTag
 from ors_server.scale import worker as worker_main
 from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.children import wait_or_kill
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
-from ors_server.server import UvicornServer, announce, configure_logging, listen
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.workers")

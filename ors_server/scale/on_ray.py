@@ -23,12 +23,12 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ors_server.http.server import UvicornServer, announce, configure_logging, listen, uvicorn_config
 from ors_server.ids import WorkerTag
 from ors_server.loading import LoadError, resolve_environments
 from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.front import Front
 from ors_server.scale.table import Address, State, Worker, WorkerTable
-from ors_server.server import UvicornServer, announce, configure_logging, listen, uvicorn_config
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.ray")
@@ -44,7 +44,7 @@ class OrsWorker:
     """One worker: the server under uvicorn inside this actor, on the node's address and a free port."""
 
     async def start(self, envs: list[str], fields: dict[str, Any], app_dir: str | None) -> tuple[str, int]:
-        from ors_server.app import create_app
+        from ors_server.http.app import create_app
 
         settings = Settings(**fields)
         configure_logging(settings.log_level)

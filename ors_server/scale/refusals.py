@@ -1,6 +1,6 @@
 """What the front answers itself, in the shape of the face the request belongs to.
 
-The front knows the faces by their shapes alone (`ors_server.app.SHAPES`: their routes and error renderers, with
+The front knows the faces by their shapes alone (`ors_server.http.app.SHAPES`: their routes and error renderers, with
 no environments, store or faces behind them), so a 410 for a lost session or a 503 while no worker can take a
 request reads exactly as a single server's refusal on that face.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from starlette.responses import Response
 from starlette.types import Scope
 
-from ors_server.app import DEFAULT_FACE, SHAPES
 from ors_server.errors import OrsError, Refused, Unavailable
 from ors_server.faces import FaceTable
+from ors_server.http.app import DEFAULT_FACE, SHAPES
 
 LOST = "Session lost: the worker that held it is gone"
 BUSY = "No worker can take this request now"

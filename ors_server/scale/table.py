@@ -2,7 +2,7 @@
 
 Which worker holds an existing session is not in this table: the front's directory (`directory`) and its
 lookups answer that. This table knows each worker slot's current incarnation and state, and the load each
-worker last reported (`ors_server.lookup`), so that `place` picks the live worker with the most room.
+worker last reported (`ors_server.http.lookup`), so that `place` picks the live worker with the most room.
 """
 
 from __future__ import annotations

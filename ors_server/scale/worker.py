@@ -13,9 +13,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from ors_server.app import create_app
+from ors_server.http.app import create_app
+from ors_server.http.server import UvicornServer, configure_logging, uvicorn_config
 from ors_server.loading import resolve_environments
-from ors_server.server import UvicornServer, configure_logging, uvicorn_config
 from ors_server.settings import Settings
 
 SPEC_VARIABLE = "ORS_WORKER_SPEC"

@@ -241,7 +241,7 @@ async def test_an_unavailable_sandbox_is_a_plain_error() -> None:
         await step("1")
 
 
-# The hardening every sandbox shares (`ors_server.sandbox`), and a step's resource limits.
+# The hardening every sandbox shares (`ors_server.sandboxes.bubblewrap`), and a step's resource limits.
 
 
 def descendants(pid: int) -> list[int]:

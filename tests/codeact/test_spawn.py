@@ -17,10 +17,10 @@ from typing import Any
 import anyio
 import pytest
 
-from ors_server import sandbox
 from ors_server.codeact import Limits, SandboxMode, SandboxPool, ToolSpec, bwrap_problem, executor, run_step
 from ors_server.codeact.executor import STDERR_KEEP, Started
-from ors_server.sandbox import as_agent
+from ors_server.sandboxes import bubblewrap
+from ors_server.sandboxes.bubblewrap import as_agent
 from tests.codeact.test_executor import descendants
 
 pytestmark = pytest.mark.anyio
@@ -110,8 +110,8 @@ async def test_a_step_with_a_pool_that_does_not_run_is_ended_before_it_answers(k
 @pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "python"])
 def test_as_agent_drops_every_id_with_either_prefix(setpriv: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if not setpriv:
-        monkeypatch.setattr(sandbox, "_setpriv", lambda: None)
-    elif sandbox._setpriv() is None:
+        monkeypatch.setattr(bubblewrap, "_setpriv", lambda: None)
+    elif bubblewrap._setpriv() is None:
         pytest.skip("setpriv is not installed")
     argv = as_agent(["/bin/cat", "/proc/self/status"])
     assert argv[0].endswith("setpriv") == setpriv
@@ -128,8 +128,8 @@ def test_only_util_linux_setpriv_is_used(says: str, used: bool, tmp_path: Any, m
     fake = tmp_path / "setpriv"
     fake.write_text(f"#!/bin/sh\necho '{says}'\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name, path=None: str(fake))
-    assert sandbox._setpriv.__wrapped__() == (str(fake) if used else None)
+    monkeypatch.setattr(bubblewrap.shutil, "which", lambda name, path=None: str(fake))
+    assert bubblewrap._setpriv.__wrapped__() == (str(fake) if used else None)
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ import pytest
 from websockets.sync.client import connect
 
 from ors_server import Environment, TextBlock, ToolOutput, tool
-from ors_server.app import create_app
 from ors_server.codeact import bwrap_problem
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.pipeline import StoreWithCalls
 from tests.serving import serve

@@ -10,12 +10,12 @@ from typing import Any
 
 import gymnasium
 import pytest
-from gymnasium.envs.toy_text.blackjack import BlackjackEnv
-from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
-
 from environments.blackjack import Blackjack
 from environments.cliff_walking import CliffWalking
 from environments.frozen_lake import FrozenLake
+from gymnasium.envs.toy_text.blackjack import BlackjackEnv
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
+
 from ors_server import Environment, GymEnvironment, ToolOutput
 from ors_server.calls import ToolRejected
 from ors_server.errors import SetupFailed

@@ -9,14 +9,14 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
-
 from environments.blackjack import Blackjack
 from environments.cliff_walking import CliffWalking
 from environments.frozen_lake import FrozenLake
 from environments.math import Math
 from environments.shell import Shell
-from ors_server.app import create_app
+from starlette.applications import Starlette
+
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.serving import serve
 

@@ -19,8 +19,8 @@ pytest.importorskip("reasoning_gym", reason="the reasoning-gym extra: pip instal
 
 from mcp import Client  # noqa: E402
 
-from ors_server.app import create_app  # noqa: E402
 from ors_server.cli import main  # noqa: E402
+from ors_server.http.app import create_app  # noqa: E402
 from ors_server.loading import LoadError, resolve_environments  # noqa: E402
 from ors_server.settings import Settings  # noqa: E402
 from tests.clients.harness import run_server  # noqa: E402

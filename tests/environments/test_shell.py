@@ -13,10 +13,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from environments.math import Math
 from environments.shell import EXERCISES, TEST, TRAIN, Shell
 from environments.shell.confinement import _working_bwrap_flags, bwrap_problem
+
 from ors_server.calls import Progress, ToolCrashed, ToolRejected
 from ors_server.errors import SetupFailed, TaskRejected
 from ors_server.settings import Settings

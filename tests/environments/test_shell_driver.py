@@ -12,7 +12,6 @@ from typing import Any
 
 import anyio
 import pytest
-
 from environments.shell.confinement import Bubblewrap, Unconfined, bwrap_problem, prepare_workdir
 from environments.shell.driver import BashDriver, Capture, CommandResult, ShellClosed
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from environments.shell import Shell
 from environments.shell.confinement import bwrap_problem
+
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput
 from tests.environments.shell_helpers import (
@@ -200,7 +200,8 @@ def test_the_server_its_api_key_and_other_sessions_secrets_are_out_of_reach(
     assert key not in text and secret not in text
 
 
-# Resource limits (`confinement.shell_resources`), and the hardening every sandbox shares (`ors_server.sandbox`).
+# Resource limits (`confinement.shell_resources`), and the hardening every sandbox shares
+# (`ors_server.sandboxes.bubblewrap`).
 
 PROCESSES = 12
 

@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel
 
 from ors_server import Environment, ImageBlock, TextBlock, ToolOutput, tool
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.ors_envs import SingleTask
 from tests.serving import serve

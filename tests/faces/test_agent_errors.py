@@ -14,11 +14,11 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from environments import BUILTIN_ENVIRONMENTS
-from environments.blackjack import Blackjack
-from environments.cliff_walking import CliffWalking
-from environments.frozen_lake import FrozenLake
-from ors_server.app import create_app
+from ors_server.environments import BUILTIN_ENVIRONMENTS
+from ors_server.environments.blackjack import Blackjack
+from ors_server.environments.cliff_walking import CliffWalking
+from ors_server.environments.frozen_lake import FrozenLake
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.reliability.reliability_envs import ACCEPT_MCP, mcp_call, mcp_open, ors_call, ors_result
 from tests.serving import serve

@@ -15,8 +15,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from environments.frozen_lake import FrozenLake
-from environments.math import Math
+from ors_server.environments.frozen_lake import FrozenLake
+from ors_server.environments.math import Math
 from tests.faces.mcp_helpers import (
     ACCEPT,
     Counter,

@@ -14,7 +14,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import validate_server_result
 
-from environments.frozen_lake import FrozenLake
+from ors_server.environments.frozen_lake import FrozenLake
 from tests.faces.mcp_helpers import ACCEPT, Counter, mcp_http_client, play_lake, server
 
 pytestmark = pytest.mark.anyio

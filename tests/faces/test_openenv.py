@@ -19,8 +19,8 @@ import pytest
 from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from environments.frozen_lake import FrozenLake
-from ors_server.app import create_app
+from ors_server.environments.frozen_lake import FrozenLake
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.ors_envs import FAST, FailingSetup, Live, MathLike, create, math_task, new_tag
 from tests.raw_http import exchange, websocket_head

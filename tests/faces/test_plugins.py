@@ -13,9 +13,9 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocket
 
-from ors_server.app import FACES, create_app
 from ors_server.errors import OrsError
 from ors_server.faces import Core, Face, FaceTable
+from ors_server.http.app import FACES, create_app
 from ors_server.settings import Settings
 from tests.ors_envs import MathLike
 

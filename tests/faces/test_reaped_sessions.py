@@ -14,8 +14,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from websockets.sync.client import connect
 
-from environments import BUILTIN_ENVIRONMENTS
-from ors_server.app import create_app
+from ors_server.environments import BUILTIN_ENVIRONMENTS
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import mcp_http_client, text
 from tests.serving import serve

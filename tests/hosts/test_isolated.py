@@ -14,7 +14,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 from ors_server.loading import LoadError, resolve_environments
 from ors_server.settings import Settings
 from tests.clients.harness import _healthy, free_port, server_command

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.clients import client_venvs
 from tests.clients.harness import client_env

@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 from ors_server.records.db import Database
 from ors_server.records.reading import POLL
 from ors_server.settings import Settings

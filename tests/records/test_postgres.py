@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 from ors_server.records.db import SCHEMA_VERSION, Database
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import Counter

@@ -14,7 +14,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import ACCEPT, Counter, call, raw_initialize
 from tests.records.helpers import ended, episode, until

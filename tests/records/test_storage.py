@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ors_server.app import create_app
 from ors_server.codeact import bwrap_problem
+from ors_server.http.app import create_app
 from ors_server.records import db as records_db
 from ors_server.records.db import MIGRATIONS, SCHEMA_VERSION, Batch, Database, RecordsError
 from ors_server.settings import Settings

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from environments import BUILTIN_ENVIRONMENTS
-from ors_server.app import create_app
+from ors_server.environments import BUILTIN_ENVIRONMENTS
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.reliability.reliability_envs import ACCEPT_MCP, initialize_body, mcp_call, mcp_open, ors_call, ors_result
 from tests.serving import serve

@@ -8,7 +8,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ors_server.sse import CHUNK_SIZE, chunk_json, to_json
+from ors_server.faces.sse import CHUNK_SIZE, chunk_json, to_json
 
 WHITESPACE = "".join(chr(c) for c in range(0x3000 + 1) if chr(c).isspace())
 """Every character `str.isspace` accepts (the highest is U+3000)."""

@@ -17,7 +17,7 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from ors_server.app import FACES, create_app
+from ors_server.http.app import FACES, create_app
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import ACCEPT, INIT_PARAMS
 from tests.faces.test_plugins import toy

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
-from environments.frozen_lake import FrozenLake
-from ors_server.app import create_app
+from ors_server.environments.frozen_lake import FrozenLake
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.reliability.reliability_envs import (
     ACCEPT_MCP,

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from environments.frozen_lake import FrozenLake
+from ors_server.environments.frozen_lake import FrozenLake
 from tests.ors_envs import Live, live_server
 from tests.reliability.reliability_envs import ACCEPT_MCP, initialize_body, mcp_open
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from environments.frozen_lake import FrozenLake
+from ors_server.environments.frozen_lake import FrozenLake
 from tests.ors_envs import ENVS, Live, MathLike, create, live_server, math_task, parse_sse, post_sse
 from tests.reliability.reliability_envs import ACCEPT_MCP, initialize_body, mcp_open
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from environments.frozen_lake import FrozenLake
-from ors_server.app import create_app
+from ors_server.environments.frozen_lake import FrozenLake
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.reliability.reliability_envs import ACCEPT_MCP, Faulty, mcp_call, mcp_open, new_tag, ors_call, ors_result
 from tests.serving import serve

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 
-from environments import BUILTIN_ENVIRONMENTS
-from ors_server.app import create_app
+from ors_server.environments import BUILTIN_ENVIRONMENTS
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.serving import serve
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ors_server.sandbox import AGENT_ID, Resources, optional_flags, remove_tree
+from ors_server.sandboxes.bubblewrap import AGENT_ID, Resources, optional_flags, remove_tree
 from ors_server.sandboxes.directory import BubblewrapSandbox
 from ors_server.sandboxes.interface import SandboxClosed
 

@@ -19,8 +19,8 @@ from typing import IO
 
 import httpx
 
+from ors_server.http.lookup import LOOKUP_PATH
 from ors_server.ids import split
-from ors_server.lookup import LOOKUP_PATH
 from tests.reliability.reliability_envs import mcp_open
 from tests.serving import free_port
 

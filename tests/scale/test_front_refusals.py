@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from environments.math import TASKS
+from ors_server.environments.math import TASKS
 from ors_server.ids import WorkerTag
 from ors_server.ui import CSP, auth
 from tests.raw_http import exchange, head, websocket_head

@@ -134,8 +134,8 @@ def test_a_front_follows_a_published_table_and_its_own_verdict_of_death_stands()
 
 
 def test_the_front_closes_its_pool_to_a_worker_once_the_table_says_it_is_dead_or_replaced():
-    from ors_server.guards import HeaderChecks
-    from ors_server.hosts import AllowedHosts
+    from ors_server.http.guards import HeaderChecks
+    from ors_server.http.hosts import AllowedHosts
     from ors_server.scale.front import Front
     from ors_server.scale.refusals import Refusals
 

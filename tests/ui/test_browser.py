@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from environments.math import TASKS, Math
-from ors_server.app import create_app
+from ors_server.environments.math import TASKS, Math
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.serving import serve
 from tests.ui.browser import chromium, log_in

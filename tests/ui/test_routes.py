@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from environments.math import Math
-from ors_server.app import create_app
+from ors_server.environments.math import Math
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from ors_server.ui import CSP, auth
 from tests.serving import serve

@@ -10,10 +10,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ors_server import wirejson
 from ors_server.calls import ToolRejected
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, CapacityReached, NotFound, OrsError, SessionDeleted, Unavailable
+from ors_server.faces import wirejson
 from ors_server.faces.openenv import native
 from ors_server.faces.openenv.sessions import OpenEnvFace
 from ors_server.faces.openenv.wire import (

@@ -12,10 +12,9 @@ from pydantic import ValidationError
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ors_server import wirejson
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, CapacityReached, EnvironmentNotFound, InvalidTask, OrsError, TaskTooLarge
-from ors_server.faces import deny_websocket
+from ors_server.faces import deny_websocket, wirejson
 from ors_server.faces.openenv import native
 from ors_server.faces.openenv.jsonrpc import JsonRpc
 from ors_server.faces.openenv.sessions import OpenEnvFace, Socket

@@ -1,6 +1,6 @@
 """`calc`: an MCP server over stdio with exact arithmetic tools (`evaluate`, `factorize`).
 
-Run it as `python -m environments.tool_servers.calc`; the `calculator` environment composes it.
+Run it as `python -m ors_server.environments.tool_servers.calc`; the `calculator` environment composes it.
 """
 
 from __future__ import annotations

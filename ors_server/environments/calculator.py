@@ -1,8 +1,9 @@
 """`calculator`: exact arithmetic too large to do in one's head, with the tools of a composed MCP server.
 
-The environment has one tool of its own, `submit`. Its `calc` tool server (`environments.tool_servers.calc`, an
-MCP server over stdio, one process per episode) adds `calc__evaluate` and `calc__factorize`. The tasks are made
-from the task index: 50 train and 20 test, half "evaluate this expression", half "the largest prime factor of".
+The environment has one tool of its own, `submit`. Its `calc` tool server
+(`ors_server.environments.tool_servers.calc`, an MCP server over stdio, one process per episode) adds
+`calc__evaluate` and `calc__factorize`. The tasks are made from the task index: 50 train and 20 test, half
+"evaluate this expression", half "the largest prime factor of".
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class SubmitInput(BaseModel):
 
 class Calculator(Environment):
     name = "calculator"
-    mcp_servers = [StdioServer("calc", [sys.executable, "-m", "environments.tool_servers.calc"])]
+    mcp_servers = [StdioServer("calc", [sys.executable, "-m", "ors_server.environments.tool_servers.calc"])]
 
     @classmethod
     def list_splits(cls) -> list[str | Split]:

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 import anyio
 from pydantic import BaseModel, Field
 
-from environments.shell.confinement import (
+from ors_server import Environment, InvalidTaskSpec, TextBlock, ToolOutput, tool
+from ors_server.environments.shell.confinement import (
     Bubblewrap,
     Unconfined,
     bwrap_problem,
@@ -17,10 +18,10 @@ from environments.shell.confinement import (
     shell_resources,
     warn_unconfined,
 )
-from environments.shell.driver import BashDriver
-from environments.shell.exercises import EXERCISES, TEST, TRAIN, Workdir
+from ors_server.environments.shell.driver import BashDriver
+from ors_server.environments.shell.exercises import EXERCISES, TEST, TRAIN, Workdir
 from ors_server import Environment, InvalidTaskSpec, TextBlock, ToolOutput, tool
-from ors_server.sandbox import mount_tmpfs, optional_flags, private_dir, remove_tree
+from ors_server.sandboxes.bubblewrap import mount_tmpfs, optional_flags, private_dir, remove_tree
 from ors_server.sandboxes.directory import BubblewrapSandbox
 from ors_server.sandboxes.interface import Sandbox
 

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server.errors import Refused
 from ors_server.faces import FaceTable, deny_websocket
-from ors_server.hosts import AllowedHosts
+from ors_server.http.hosts import AllowedHosts
 from ors_server.ui import auth
 
 OPEN_PATHS = {"/health"}
@@ -39,7 +39,7 @@ def host_refusal(host: str) -> str:
 class HeaderChecks:
     """What is refused on a request's headers alone, in this order: a duplicated Host or Origin (400, every path),
     a Host or browser Origin outside the allowed list (421 / 403: DNS-rebinding protection, see
-    `ors_server.hosts`) and a missing or wrong API key (401, when one is set), the last two on every path but
+    `ors_server.http.hosts`) and a missing or wrong API key (401, when one is set), the last two on every path but
     `/health` (WebSockets have no open path). The web page's login form and static files need no key
     (`ors_server.ui.auth.keyless`), but are still held to the Host/Origin checks.
 

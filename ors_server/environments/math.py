@@ -19,7 +19,7 @@ from ors_server import Environment, InvalidTaskSpec, Split, TextBlock, ToolOutpu
 
 def _load() -> dict[str, list[dict[str, Any]]]:
     tasks: dict[str, list[dict[str, Any]]] = {"train": [], "test": []}
-    for line in files("environments").joinpath("data/math.jsonl").read_text().splitlines():
+    for line in files("ors_server.environments").joinpath("data/math.jsonl").read_text().splitlines():
         row = json.loads(line)
         tasks[row.pop("split")].append(row)
     return tasks

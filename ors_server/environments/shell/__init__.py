@@ -19,7 +19,7 @@ Modules: `driver` (the bash driver), `confinement` (the sandbox), `exercises` (t
 `environment` (the `Shell` environment).
 """
 
-from environments.shell.environment import Shell
-from environments.shell.exercises import EXERCISES, TEST, TRAIN, Exercise
+from ors_server.environments.shell.environment import Shell
+from ors_server.environments.shell.exercises import EXERCISES, TEST, TRAIN, Exercise
 
 __all__ = ["EXERCISES", "TEST", "TRAIN", "Exercise", "Shell"]

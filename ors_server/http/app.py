@@ -19,14 +19,14 @@ from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
 from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, episodes, mcp, openenv, ors
-from ors_server.guards import Guard
-from ors_server.hosts import AllowedHosts
-from ors_server.lookup import WorkerSide
-from ors_server.observability import Metrics, Observe
+from ors_server.http.guards import Guard
+from ors_server.http.hosts import AllowedHosts
+from ors_server.http.lookup import WorkerSide
+from ors_server.http.observability import Metrics, Observe
 from ors_server.records.reading import Reader
 from ors_server.records.recorder import RecordsCollector, recorder_for
 from ors_server.registry import Registry
-from ors_server.sandbox import sweep_orphans
+from ors_server.sandboxes.bubblewrap import sweep_orphans
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 from ors_server.ui import face as ui_face
@@ -101,7 +101,7 @@ def create_app(
         ),
     ]
     if settings.worker_tag is not None:
-        # Behind a front: answer its lookups and report this worker's load on every reply (`ors_server.lookup`).
+        # Behind a front: answer its lookups and report this worker's load on every reply (`ors_server.http.lookup`).
         middleware.append(Middleware(WorkerSide, store=store, calls=calls, transport_key=core.aliases.key_for))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=_handlers(faces_table))
     app.state.settings = settings

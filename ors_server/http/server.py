@@ -18,11 +18,11 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 
-from ors_server.app import create_app
 from ors_server.environment import Environment
-from ors_server.http_limits import BoundedHttpToolsProtocol
+from ors_server.http.app import create_app
+from ors_server.http.http_protocol import BoundedHttpToolsProtocol
+from ors_server.http.websocket_protocol import BoundedWebSocketProtocol
 from ors_server.settings import Settings
-from ors_server.ws_limits import BoundedWebSocketProtocol
 
 
 def configure_logging(level: str) -> None:

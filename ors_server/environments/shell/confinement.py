@@ -7,8 +7,8 @@ add confinement (`"bwrap"` under an operator's `none`), never remove it. Whether
 out by running it once, with the flags sessions use (`bwrap_problem()`): it may be installed yet refused by the
 kernel.
 
-The sandbox is built by `ors_server.sandbox`, the one builder CodeAct's sandbox uses too (its docstring says what
-every sandbox gets): bash runs in new user, pid, network, IPC, UTS and cgroup namespaces, as uid and gid 65534
+The sandbox is built by `ors_server.sandboxes.bubblewrap`, the one builder CodeAct's sandbox uses too (its docstring
+says what every sandbox gets): bash runs in new user, pid, network, IPC, UTS and cgroup namespaces, as uid and gid 65534
 (bubblewrap itself is started as 65534 when the server is root), with no capabilities, `no_new_privs` and a
 seccomp filter that refuses `ptrace`; `/usr` and `/etc` (and the `/bin`, `/lib`... links to them) read-only, its
 own read-only `/proc`, a read-only `/dev`, a private `/tmp` of `ORS_SHELL_DISK_BYTES`, and the session's working
@@ -43,7 +43,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ors_server import InvalidTaskSpec
-from ors_server.sandbox import AGENT_ID, Resources, bwrap_argv, optional_flags, root_dirs, seccomp_fd, spawn_ids
+from ors_server.sandboxes.bubblewrap import (
+    AGENT_ID,
+    Resources,
+    bwrap_argv,
+    optional_flags,
+    root_dirs,
+    seccomp_fd,
+    spawn_ids,
+)
 
 logger = logging.getLogger("ors_server.environments.shell")
 

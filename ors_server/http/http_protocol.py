@@ -18,9 +18,9 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from ors_server.coalescing import CoalescingTransport
 from ors_server.errors import Refused
 from ors_server.faces import FaceTable
+from ors_server.http.coalescing import CoalescingTransport
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.http")
