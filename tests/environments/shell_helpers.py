@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from environments.shell import Shell
 
+from ors_server.environments.shell import Shell
 from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from environments.calculator import Calculator
 
+from ors_server.environments.calculator import Calculator
 from tests.faces.mcp_helpers import mcp_client
 from tests.ors_envs import call_result, live_server, parse_sse, post_sse, sid_header
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import gymnasium
 import pytest
-from environments.blackjack import Blackjack
-from environments.cliff_walking import CliffWalking
-from environments.frozen_lake import FrozenLake
 from gymnasium.envs.toy_text.blackjack import BlackjackEnv
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv, generate_random_map
 
 from ors_server import Environment, GymEnvironment, ToolOutput
 from ors_server.calls import ToolRejected
+from ors_server.environments.blackjack import Blackjack
+from ors_server.environments.cliff_walking import CliffWalking
+from ors_server.environments.frozen_lake import FrozenLake
 from ors_server.errors import SetupFailed
 from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings

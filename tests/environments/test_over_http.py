@@ -9,13 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
-from environments.blackjack import Blackjack
-from environments.cliff_walking import CliffWalking
-from environments.frozen_lake import FrozenLake
-from environments.math import Math
-from environments.shell import Shell
 from starlette.applications import Starlette
 
+from ors_server.environments.blackjack import Blackjack
+from ors_server.environments.cliff_walking import CliffWalking
+from ors_server.environments.frozen_lake import FrozenLake
+from ors_server.environments.math import Math
+from ors_server.environments.shell import Shell
 from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.serving import serve

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from environments.math import Math
-from environments.shell import EXERCISES, TEST, TRAIN, Shell
-from environments.shell.confinement import _working_bwrap_flags, bwrap_problem
 
 from ors_server.calls import Progress, ToolCrashed, ToolRejected
+from ors_server.environments.math import Math
+from ors_server.environments.shell import EXERCISES, TEST, TRAIN, Shell
+from ors_server.environments.shell.confinement import _working_bwrap_flags, bwrap_problem
 from ors_server.errors import SetupFailed, TaskRejected
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput

@@ -12,8 +12,9 @@ from typing import Any
 
 import anyio
 import pytest
-from environments.shell.confinement import Bubblewrap, Unconfined, bwrap_problem, prepare_workdir
-from environments.shell.driver import BashDriver, Capture, CommandResult, ShellClosed
+
+from ors_server.environments.shell.confinement import Bubblewrap, Unconfined, bwrap_problem, prepare_workdir
+from ors_server.environments.shell.driver import BashDriver, Capture, CommandResult, ShellClosed
 
 pytestmark = pytest.mark.anyio
 

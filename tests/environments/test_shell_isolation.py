@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from environments.shell import Shell
-from environments.shell.confinement import bwrap_problem
 
+from ors_server.environments.shell import Shell
+from ors_server.environments.shell.confinement import bwrap_problem
 from ors_server.settings import Settings
 from ors_server.types import ToolOutput
 from tests.environments.shell_helpers import (

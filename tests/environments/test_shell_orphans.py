@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from environments.shell.confinement import bwrap_problem
 
+from ors_server.environments.shell.confinement import bwrap_problem
 from ors_server.sandboxes.bubblewrap import private_dir, remove_tree
 from tests.ors_envs import create, sid_header
 from tests.serving import free_port
