@@ -16,8 +16,8 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
     from ors_server.compose import HttpServer, StdioServer
     from ors_server.environment import Environment, InvalidTaskSpec, tool
     from ors_server.gym import GymEnvironment
-    from ors_server.sandboxes.interface import CommandResult, Sandbox
     from ors_server.http.server import Server
+    from ors_server.sandboxes.interface import CommandResult, Sandbox
     from ors_server.types import Blocks, ImageBlock, Split, TextBlock, ToolOutput
 
 _HOMES = {

@@ -1,6 +1,7 @@
 """`BubblewrapSandbox`: a host directory shown at `/work` inside bubblewrap, each command in a sandbox of its own.
 
-Every `run` starts bubblewrap afresh over the same working directory, with the hardening of `ors_server.sandboxes.bubblewrap`
+Every `run` starts bubblewrap afresh over the same working directory, with the hardening of
+`ors_server.sandboxes.bubblewrap`
 (its docstring says what every sandbox gets): uid/gid 65534, new namespaces (no network), `/usr` and `/etc`
 read-only, a private `/tmp`, the working directory writable at `/work`, a seccomp filter, and `Resources` set as
 rlimits inside. So commands share files and nothing else: no process outlives its command (the sandbox's pid 1

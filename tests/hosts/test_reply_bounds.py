@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from ors_server.http.app import create_app
 from ors_server.hosting.process import reply_limit
+from ors_server.http.app import create_app
 from ors_server.loading import resolve_environments
 from ors_server.settings import Settings
 

@@ -20,7 +20,6 @@ from ors_server.environments.shell.confinement import (
 )
 from ors_server.environments.shell.driver import BashDriver
 from ors_server.environments.shell.exercises import EXERCISES, TEST, TRAIN, Workdir
-from ors_server import Environment, InvalidTaskSpec, TextBlock, ToolOutput, tool
 from ors_server.sandboxes.bubblewrap import mount_tmpfs, optional_flags, private_dir, remove_tree
 from ors_server.sandboxes.directory import BubblewrapSandbox
 from ors_server.sandboxes.interface import Sandbox
