@@ -40,8 +40,9 @@ VENVS: dict[str, tuple[str, ...]] = {
 }
 LOCAL = {"ors-client": REPO / "client"}
 NODE: dict[str, tuple[str, ...]] = {
-    # The TypeScript MCP SDK, an npm install of its own (needs node and npm on the machine; 1.32 speaks the 2025 era).
-    "mcp-ts": ("@modelcontextprotocol/sdk@1.32.2",),
+    # The TypeScript MCP SDK, an npm install of its own (needs node and npm on the machine): 1.32 speaks the 2025 era;
+    # its successor, the client package 2.4, both eras (its auto mode probes server/discover, as mcp's Client does).
+    "mcp-ts": ("@modelcontextprotocol/sdk@1.32.2", "@modelcontextprotocol/client@2.4.0"),
 }
 """Client installs that are npm packages rather than venvs: `<root>/<name>/node_modules`."""
 """Venvs installed from a directory of this checkout: rebuilt whenever its files change."""

@@ -20,6 +20,7 @@ VENV_FIXTURES = {
     "ors_client_python": "ors-client",
     "fastmcp_python": "fastmcp",
     "mcp_ts_sdk": "mcp-ts",
+    "mcp_ts_client": "mcp-ts",
 }
 COLD_INSTALL_TIMEOUT = int(client_venvs.INSTALL_TIMEOUT) + 300
 
@@ -55,13 +56,24 @@ def fastmcp_python() -> Path:
     return client_venvs.ensure_venv("fastmcp")
 
 
-@pytest.fixture(scope="session")
-def mcp_ts_sdk() -> Path:
-    """The TypeScript MCP SDK's package directory, from an npm install of its own (node runs the scripts)."""
+def _mcp_ts_package(name: str) -> Path:
+    """A package directory of the TypeScript MCP SDK's npm install (node runs the scripts that import it)."""
     missing = client_venvs.node_missing()
     if missing:
         pytest.skip(f"the TypeScript MCP SDK needs node and npm: {missing}")
-    return client_venvs.ensure_venv("mcp-ts") / "@modelcontextprotocol" / "sdk"
+    return client_venvs.ensure_venv("mcp-ts") / "@modelcontextprotocol" / name
+
+
+@pytest.fixture(scope="session")
+def mcp_ts_sdk() -> Path:
+    """The TypeScript MCP SDK 1 (`@modelcontextprotocol/sdk`)."""
+    return _mcp_ts_package("sdk")
+
+
+@pytest.fixture(scope="session")
+def mcp_ts_client() -> Path:
+    """The TypeScript MCP SDK 2's client package (`@modelcontextprotocol/client`, the same npm install)."""
+    return _mcp_ts_package("client")
 
 
 @pytest.fixture(scope="session")
