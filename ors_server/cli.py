@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import socket
 import sys
 import traceback
@@ -100,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
 
     episodes = commands.add_parser(
         "episodes",
-        help="read episode records without a server: list, show ID, export",
+        help="read episode records without a server: list, show ID, export, stats",
         description="Read episode records (what `serve` recorded) from their database, without a server.",
     )
     actions = episodes.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -109,14 +110,19 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("id", help="the episode's id")
     exporting = actions.add_parser("export", help="episodes as JSON Lines on standard output")
     exporting.add_argument("--format", choices=["jsonl", "evaluation_row"], default="jsonl")
-    for action in (listing, show, exporting):
+    stats = actions.add_parser("stats", help="episodes, finished, mean reward and mean steps by group, as JSON")
+    stats.add_argument(
+        "--group-by", default=None, metavar="env|task|label.KEY", help="one group per value (default: all in one)"
+    )
+    stats.add_argument("--bucket", type=float, default=None, metavar="SECONDS", help="and per bucket of start time")
+    for action in (listing, show, exporting, stats):
         action.add_argument(
             "--records",
             metavar="PATH|URL",
             default=None,
             help="the records (default: $ORS_RECORDS, else ./ors-episodes.db)",
         )
-    for action in (listing, exporting):
+    for action in (listing, exporting, stats):
         action.add_argument("--env", default=None, metavar="NAME", help="of this environment only")
         action.add_argument("--status", choices=["live", "ended"], default=None)
         action.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="with this label")
@@ -127,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _episodes(args: argparse.Namespace) -> None:
-    """`ors-server episodes list|show|export`: read the records database directly."""
+    """`ors-server episodes list|show|export|stats`: read the records database directly."""
     import json
     import os
 
@@ -161,6 +167,13 @@ def _episodes(args: argparse.Namespace) -> None:
             for line in reading.export_lines(database, filters, args.format):
                 sys.stdout.write(line)
             return
+        if args.action == "stats":
+            try:
+                groups = database.stats(args.group_by, **filters.query(), bucket=args.bucket)
+            except ValueError as exc:
+                raise SystemExit(f"ors-server: {exc}") from None
+            print(json.dumps(reading.stats_answer(groups, args.bucket), indent=2))
+            return
         page = database.episodes(**filters.query(), limit=args.limit)
         for row in page.rows:
             episode = reading.summary(row)
@@ -177,7 +190,14 @@ def _episodes(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "episodes":
-        _episodes(args)
+        try:
+            _episodes(args)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (`ors-server episodes list | head`): as a Unix tool, stop quietly. Standard
+            # output is pointed at /dev/null so the interpreter's own flush at exit does not raise again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(1) from None
         return
     environments = _load(args.env, getattr(args, "log_level", "info") == "debug")
     if args.command == "envs":

@@ -1,6 +1,7 @@
 """The episode records' REST readers: `/episodes` (list, with filters and cursor pagination), `/episodes/{id}`,
-`/episodes/{id}/events` (SSE: the calls of a live episode as they happen, then `end`) and `/episodes/export`
-(streaming JSON Lines: our own records, or Eval Protocol `EvaluationRow`s).
+`/episodes/{id}/events` (SSE: the calls of a live episode as they happen, then `end`), `/episodes/export`
+(streaming JSON Lines: our own records, or Eval Protocol `EvaluationRow`s) and `/episodes/stats` (figures by
+group, computed by the database).
 
 A face like the others (behind the API key, errors as `{"detail": ...}`), but over the records database rather
 than the session store: it reads what every process of a deployment writes there, so behind a front any worker
@@ -9,6 +10,7 @@ answers for all of them. With `--records off` every path answers 404 saying so.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 
@@ -58,6 +60,36 @@ async def list_episodes(request: Request) -> Response:
     except ValueError:
         raise BadRequest("cursor must be the `next` of an earlier page") from None
     return JSONResponse(page)
+
+
+async def episode_stats(request: Request) -> Response:
+    """Figures of the episodes `/episodes` would list, by `group_by` (env, task or label.KEY; all in one group
+    without it), and with `bucket=SECONDS` per bucket of start time too."""
+    reader = _reader(request)
+    filters = _filters(request)
+    group_by = request.query_params.get("group_by") or None
+    if group_by is not None and group_by not in ("env", "task"):
+        if not group_by.startswith(LABEL_PREFIX):
+            raise BadRequest(f"group_by must be env, task or label.KEY, got {group_by!r}"[:200])
+        checked({group_by[len(LABEL_PREFIX) :]: ""}, "group_by")
+    bucket = _bucket(request)
+    try:
+        return JSONResponse(await reader.stats(group_by, filters, bucket))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _bucket(request: Request) -> float | None:
+    text = request.query_params.get("bucket")
+    if text is None:
+        return None
+    try:
+        bucket = float(text)
+    except ValueError:
+        bucket = math.nan
+    if not math.isfinite(bucket) or bucket < 1:
+        raise BadRequest(f"bucket must be a number of seconds of at least 1, got {text!r}"[:200])
+    return bucket
 
 
 async def show_episode(request: Request) -> Response:
@@ -127,6 +159,7 @@ def shape() -> Face:
     routes = [
         Route("/episodes", list_episodes, methods=["GET"]),
         Route("/episodes/export", export, methods=["GET"]),
+        Route("/episodes/stats", episode_stats, methods=["GET"]),
         Route("/episodes/{episode_id}", show_episode, methods=["GET"]),
         Route("/episodes/{episode_id}/events", episode_events, methods=["GET"]),
     ]

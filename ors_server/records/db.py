@@ -61,6 +61,8 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 1 -> 2: the bytes each episode's record takes, for the size bound (`--records-max-bytes`).
     ["ALTER TABLE ors_episodes ADD COLUMN bytes BIGINT NOT NULL DEFAULT 0"],
+    # 2 -> 3: each call's own id, which the calls made from inside a CodeAct step name as their `step`.
+    ["ALTER TABLE ors_calls ADD COLUMN id TEXT"],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _PG_LOCK = 0x0E5_4EC0  # the advisory lock that serialises migrations of one PostgreSQL database
@@ -258,7 +260,7 @@ class Database:
                 self._conn.cursor().executemany(
                     self.sql(
                         "INSERT INTO ors_calls (episode, n, face, tool, arguments, ok, output, error, reason,"
-                        " started_at, duration_ms, step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        " started_at, duration_ms, step, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ),
                     batch.calls,
                 )
@@ -326,24 +328,7 @@ class Database:
         full: bool = False,
     ) -> Page:
         """Episodes, newest first, that pass the filters; `cursor` is where the previous page stopped."""
-        where: list[str] = ["1 = 1"]
-        params: list[Any] = []
-        if env is not None:
-            where.append("env = ?")
-            params.append(env)
-        if status == "live":
-            where.append("ended_at IS NULL")
-        elif status == "ended":
-            where.append("ended_at IS NOT NULL")
-        for key, value in (labels or {}).items():
-            where.append("key IN (SELECT episode FROM ors_labels WHERE key = ? AND value = ?)")
-            params += [key, value]
-        if since is not None:
-            where.append("started_at >= ?")
-            params.append(since)
-        if until is not None:
-            where.append("started_at < ?")
-            params.append(until)
+        where, params = _where(env, status, labels, since, until)
         if cursor is not None:
             where.append("(started_at < ? OR (started_at = ? AND key < ?))")
             params += [cursor[0], cursor[0], cursor[1]]
@@ -356,6 +341,67 @@ class Database:
         more = len(rows) > limit
         rows = rows[:limit]
         return Page(rows, f"{rows[-1]['started_at']!r}/{rows[-1]['key']}" if more and rows else None)
+
+    def stats(
+        self,
+        group_by: str | None = None,
+        *,
+        env: str | None = None,
+        status: str | None = None,
+        labels: dict[str, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        bucket: float | None = None,
+        max_buckets: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """Figures of the episodes that pass the filters, by group, computed by the database: `group_by` is
+        "env", "task", "label.KEY" (episodes without that label make the group None) or None (one group of all).
+        With `bucket` (seconds), each group's figures also per bucket of start time (`over_time`), oldest first."""
+        where, params = _where(env, status, labels, since, until)
+        source, key = "ors_episodes", "NULL"
+        if group_by in ("env", "task"):
+            key = group_by
+        elif group_by is not None and group_by.startswith("label."):
+            source = "ors_episodes LEFT JOIN ors_labels g ON g.episode = ors_episodes.key AND g.key = ?"
+            key = "g.value"
+            params = [group_by.removeprefix("label."), *params]
+        elif group_by is not None:
+            raise ValueError(f"group_by must be env, task or label.KEY, got {group_by!r}"[:200])
+        figures = (
+            "COUNT(*) AS episodes, COUNT(CASE WHEN finished <> 0 THEN 1 END) AS finished,"
+            " COUNT(CASE WHEN ended_at IS NULL THEN 1 END) AS live,"
+            " AVG(CAST(reward AS {float})) AS mean_reward, MIN(reward) AS min_reward, MAX(reward) AS max_reward,"
+            " AVG(CAST(steps AS {float})) AS mean_steps,"
+            " MIN(started_at) AS first_started, MAX(started_at) AS last_started"
+        )
+        filtered = f"FROM {source} WHERE {' AND '.join(where)}"
+        grouped = key != "NULL"
+        groups = self.rows(
+            self._typed(f"SELECT {key} AS key, {figures} {filtered}{' GROUP BY 1' if grouped else ''}"), params
+        )
+        groups = [g for g in groups if g["episodes"]]  # no GROUP BY: one row even when nothing matches
+        groups.sort(key=lambda g: (g["key"] is None, g["key"] or ""))
+        series: dict[Any, list[dict[str, Any]]] = {}
+        if bucket is not None and groups:
+            span = max(g["last_started"] for g in groups) - min(g["first_started"] for g in groups)
+            if span / bucket > max_buckets:
+                raise ValueError(
+                    f"bucket: {bucket:g} s makes more than {max_buckets} buckets of the {span:.0f} s these episodes "
+                    "span; ask for a longer one"
+                )
+            start = "FLOOR(started_at / ?)" if self.postgres else "CAST(started_at / ? AS INTEGER)"
+            rows = self.rows(
+                self._typed(f"SELECT {key} AS key, {start} AS bucket, {figures} {filtered} GROUP BY 1, 2 ORDER BY 2"),
+                [bucket, *params],
+            )
+            for row in rows:
+                series.setdefault(row.pop("key"), []).append(row)
+        for group in groups:
+            group["over_time"] = series.get(group["key"], []) if bucket is not None else []
+        return groups
+
+    def _typed(self, text: str) -> str:
+        return text.replace("{float}", "DOUBLE PRECISION" if self.postgres else "REAL")
 
     def episode(self, episode_id: str) -> dict[str, Any] | None:
         """The latest episode recorded under `episode_id` (an id opened again after its session ended names a new
@@ -383,10 +429,35 @@ class Database:
 
     def calls(self, key: str, after: int = -1) -> list[dict[str, Any]]:
         return self.rows(
-            "SELECT n, face, tool, arguments, ok, output, error, reason, started_at, duration_ms, step"
+            "SELECT n, id, face, tool, arguments, ok, output, error, reason, started_at, duration_ms, step"
             " FROM ors_calls WHERE episode = ? AND n > ? ORDER BY n",
             (key, after),
         )
+
+
+def _where(
+    env: str | None, status: str | None, labels: dict[str, str] | None, since: float | None, until: float | None
+) -> tuple[list[str], list[Any]]:
+    """The SQL conditions (and their parameters) of the filters every reader of episodes shares."""
+    where: list[str] = ["1 = 1"]
+    params: list[Any] = []
+    if env is not None:
+        where.append("env = ?")
+        params.append(env)
+    if status == "live":
+        where.append("ended_at IS NULL")
+    elif status == "ended":
+        where.append("ended_at IS NOT NULL")
+    for key, value in (labels or {}).items():
+        where.append("ors_episodes.key IN (SELECT episode FROM ors_labels WHERE key = ? AND value = ?)")
+        params += [key, value]
+    if since is not None:
+        where.append("started_at >= ?")
+        params.append(since)
+    if until is not None:
+        where.append("started_at < ?")
+        params.append(until)
+    return where, params
 
 
 @dataclass

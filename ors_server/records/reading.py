@@ -94,6 +94,7 @@ def summary(row: dict[str, Any]) -> dict[str, Any]:
 def call_of(row: dict[str, Any]) -> dict[str, Any]:
     """A call as a record shows it: `output` when it was accepted, else `error` (and why: `reason`)."""
     call: dict[str, Any] = {
+        "id": row["id"],  # None in records written before calls had their ids kept
         "face": row["face"],
         "tool": row["tool"],
         "arguments": loads(row["arguments"]),
@@ -132,13 +133,34 @@ def _text(blocks: Any) -> str:
     return "\n".join(parts)
 
 
+def steps(calls: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """The model's calls (those of a face), each with the calls its CodeAct code made (`step` names the step's
+    `id`; they end, and are recorded, before their step)."""
+    inner: dict[str, list[dict[str, Any]]] = {}
+    for call in calls:
+        if call.get("step") is not None:
+            inner.setdefault(call["step"], []).append(call)
+    return [(call, inner.get(call["id"], []) if call.get("id") else []) for call in calls if call.get("step") is None]
+
+
+def _signature(call: dict[str, Any]) -> str:
+    return f"{call['tool']}({json.dumps(call['arguments'] if call['arguments'] is not None else {})})"
+
+
 def evaluation_row(episode: dict[str, Any]) -> dict[str, Any]:
-    """An episode (`full`) as an Eval Protocol `EvaluationRow`: the prompt as the user's message, each call as an
-    assistant message with one tool call and the tool's answer, the reward as the evaluation score, and the ids
-    and labels in the metadata."""
+    """An episode (`full`) as an Eval Protocol `EvaluationRow`: the prompt as the user's message, each of the model's
+    calls as an assistant message with one tool call and the tool's answer, the reward as the evaluation score, and
+    the ids and labels in the metadata.
+
+    Only the model's calls are messages: the calls a CodeAct step's code made ride along in its tool message's
+    `control_plane_step` (`inner_calls`), the field where Eval Protocol keeps what a step did (its reward, whether
+    it terminated, its tool calls), so `EvaluationRow.get_steps()` and `get_total_reward()` count what the model
+    did and earned."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": _text(episode["prompt"])}]
-    for n, call in enumerate(episode["calls"]):
-        call_id = f"call_{n}"
+    model_calls = steps(episode["calls"])
+    accepted = 0
+    for n, (call, inner) in enumerate(model_calls):
+        call_id = call.get("id") or f"call_{n}"
         arguments = json.dumps(call["arguments"] if call["arguments"] is not None else {})
         messages.append(
             {
@@ -150,7 +172,20 @@ def evaluation_row(episode: dict[str, Any]) -> dict[str, Any]:
             }
         )
         content = _text(call["output"]["blocks"]) if call["ok"] else f"Error: {call['error']}"
-        messages.append({"role": "tool", "tool_call_id": call_id, "name": call["tool"], "content": content})
+        message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "name": call["tool"], "content": content}
+        if call["ok"]:
+            output = call["output"]
+            message["control_plane_step"] = {
+                "step": accepted,
+                "reward": output.get("reward") or 0.0,
+                "terminated": bool(output.get("finished")),
+                "info": output.get("metadata") or {},
+                "tool_calls": [_signature(c) for c in inner] if inner else [_signature(call)],
+                "num_tool_calls": len(inner) if inner else 1,
+                **({"inner_calls": inner} if inner else {}),
+            }
+            accepted += 1
+        messages.append(message)
     ids = {
         "episode_id": episode["id"],
         "session_id": episode["session_id"],
@@ -173,11 +208,51 @@ def evaluation_row(episode: dict[str, Any]) -> dict[str, Any]:
         },
         "execution_metadata": {
             "rollout_id": episode["id"],
-            "tool_call_count": len(episode["calls"]),
+            "tool_call_count": len(model_calls),
             "extra": {**ids, "steps": episode["steps"], "finished": episode["finished"]},
         },
         "created_at": episode["started_at"],
     }
+
+
+MAX_BUCKETS = 1000
+"""The most time buckets one stats answer holds per group (`bucket` too small for the span is refused)."""
+
+
+def group_figures(row: dict[str, Any]) -> dict[str, Any]:
+    """A group of `GET /episodes/stats` (mean reward: over the group's episodes, of each one's total reward)."""
+    figures: dict[str, Any] = {
+        "episodes": int(row["episodes"]),
+        "finished": int(row["finished"]),
+        "live": int(row["live"]),
+        "mean_reward": _number(row["mean_reward"]),
+        "min_reward": _number(row["min_reward"]),
+        "max_reward": _number(row["max_reward"]),
+        "mean_steps": _number(row["mean_steps"]),
+        "first_started_at": iso(row["first_started"]),
+        "last_started_at": iso(row["last_started"]),
+    }
+    if "key" in row:
+        figures = {"key": row["key"], **figures}
+    if "bucket" in row:
+        figures = {"start": row["start"], **figures}
+    return figures
+
+
+def stats_answer(groups: list[dict[str, Any]], bucket: float | None) -> dict[str, Any]:
+    shown = []
+    for group in groups:
+        figures = group_figures(group)
+        if bucket is not None:
+            figures["over_time"] = [
+                group_figures({**row, "start": iso(float(row["bucket"]) * bucket)}) for row in group["over_time"]
+            ]
+        shown.append(figures)
+    return {"groups": shown}
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 FORMATS = {"jsonl": lambda episode: episode, "evaluation_row": evaluation_row}
@@ -228,6 +303,10 @@ class Reader:
         position = parse_cursor(cursor) if cursor else None
         page = await self._run(Database.episodes, **filters.query(), limit=limit, cursor=position)
         return {"episodes": [summary(row) for row in page.rows], "next": page.next}
+
+    async def stats(self, group_by: str | None, filters: Filters, bucket: float | None) -> dict[str, Any]:
+        groups = await self._run(Database.stats, group_by, **filters.query(), bucket=bucket)
+        return stats_answer(groups, bucket)
 
     async def episode(self, episode_id: str, with_calls: bool = True) -> dict[str, Any] | None:
         row = await self._run(Database.episode, episode_id)

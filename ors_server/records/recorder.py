@@ -53,6 +53,10 @@ class _Open:
     key: str
     secrets: dict[str, str]
     calls: int = 0
+    steps: int = 0
+    """The model's calls that returned a result: those of a face, not those made from inside a CodeAct step."""
+    reward: float = 0.0
+    """Their rewards summed (a step's reward is what its code's calls earned: what the model saw for it)."""
     _mask: Masker | None = None
 
     @property
@@ -107,8 +111,11 @@ class Recorder(Throttle):
         if opened is None:
             return
         opened.calls += 1
-        episode = call.episode
-        counters = (episode.step_count, episode.total_reward, episode.finished, opened.calls)
+        result = call.result
+        if call.step is None and isinstance(result, ToolOutput):
+            opened.steps += 1
+            opened.reward += float(result.reward or 0.0)
+        counters = (opened.steps, opened.reward, call.episode.finished, opened.calls)
         self._put(("call", opened, opened.calls - 1, call, call.arguments, call.result, counters))
 
     def _put(self, item: tuple[Any, ...]) -> None:
@@ -294,6 +301,7 @@ def _call_row(key: str, n: int, call: ToolCall, arguments: Any, result: Any, mas
         wall_clock(call.started),
         round((call.ended_at - call.started) * 1000, 3),
         call.step,
+        call.id,
     )
 
 
