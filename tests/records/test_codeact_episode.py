@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from environments.frozen_lake import FrozenLake
-from ors_server.app import create_app
 from ors_server.codeact import bwrap_problem
+from ors_server.environments.frozen_lake import FrozenLake
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.clients import client_venvs
 from tests.clients.harness import client_env

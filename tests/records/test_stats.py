@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ors_server.app import create_app
+from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import Counter
 from tests.records.helpers import until
