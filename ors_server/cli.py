@@ -213,8 +213,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             for server in env_cls.mcp_servers:
                 print(f"    {server.name}__*: the tools of MCP server '{server.name}' (listed when served)")
         return
+    from ors_server import internals
     from ors_server.http.server import Server
 
+    try:
+        internals.check()
+    except internals.UnsupportedDependency as exc:
+        raise SystemExit(f"ors-server: {exc}") from None
     if args.workers is not None and args.workers < 1:
         raise SystemExit("ors-server: --workers must be at least 1")
     if args.fronts < 1:

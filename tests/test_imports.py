@@ -29,7 +29,7 @@ FLOORS = {
     "app": 2,
     "top": 3,
 }
-FACES = {"ors_server.faces", "ors_server.ui"}
+FACES = {"ors_server.faces", "ors_server.ui", "ors_server.internals"}
 APP = {"ors_server.http"}
 TOP = {"ors_server.scale", "ors_server.cli", "ors_server.__main__"}
 BUILTINS = "ors_server.environments"

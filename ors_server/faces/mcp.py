@@ -96,9 +96,10 @@ from ors_server.errors import (
     Unavailable,
 )
 from ors_server.faces import Core, Face, wirejson
-from ors_server.faces.mcp_plain_call import answer, held, negotiated_version, plain_call
+from ors_server.faces.mcp_plain_call import answer, negotiated_version, plain_call
 from ors_server.faces.tagging import public_id, tagged_transport
 from ors_server.ids import split, worker_tag
+from ors_server.internals import hold_idle, sdk_transport
 from ors_server.progress import ProgressFeed
 from ors_server.records.labels import HEADER as LABELS_HEADER
 from ors_server.records.labels import checked, merged
@@ -640,7 +641,7 @@ class McpFace:
             return None
         found = split(transport_id) if self.tag is not None else None
         sdk_id = found[1] if found is not None and found[0] == self.tag else transport_id
-        sdk = self.manager._server_instances.get(sdk_id)
+        sdk = sdk_transport(self.manager, sdk_id)
         if sdk is None or sdk.is_terminated or (sdk.idle_scope is not None and sdk.idle_scope.cancel_called):
             return None
 
@@ -648,7 +649,7 @@ class McpFace:
             shown = binding.session.redact(call.params.name)
             scope.setdefault("state", {})["tool"] = shown  # for the access log
             result = None
-            with held(sdk), anyio.CancelScope() as waiting:
+            with hold_idle(sdk), anyio.CancelScope() as waiting:
                 binding.plain_calls.add(waiting)  # `close` cancels it, as the SDK ends its requests at a DELETE
                 try:
                     result = await self._tool_result(

@@ -9,21 +9,18 @@ negotiated protocol version, so the bytes are the SDK's (tests/faces/test_mcp_pl
 request by request with this path switched off). Anything else goes to the SDK, which answers it (and its errors).
 
 While such a call runs, the SDK transport's idle countdown is held as the SDK holds it for its own requests, so
-a client that only calls tools is never reaped by the SDK as idle.
+a client that only calls tools is never reaped by the SDK as idle (`ors_server.internals.hold_idle`: what this
+needs of the SDK's internals is there, checked at startup).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import pydantic_core
 from mcp import types
-from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
+from mcp.server.streamable_http import check_accept_headers
 from mcp_types import JSONRPCRequest, JSONRPCResponse, RequestId, jsonrpc_message_adapter
 from mcp_types import methods as sdk_methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -90,21 +87,3 @@ def negotiated_version(initialize_reply: bytes) -> str | None:
     except (ValueError, KeyError, TypeError):
         return None
     return version if isinstance(version, str) else None
-
-
-@contextmanager
-def held(transport: StreamableHTTPServerTransport) -> Iterator[None]:
-    """Hold the SDK transport's idle countdown while a request the SDK does not see is served (as its
-    `handle_request` does for its own)."""
-    scope, timeout = transport.idle_scope, getattr(transport, "_idle_timeout", None)
-    if scope is None or timeout is None or not hasattr(transport, "_requests_in_flight"):
-        yield
-        return
-    transport._requests_in_flight += 1
-    scope.deadline = math.inf
-    try:
-        yield
-    finally:
-        transport._requests_in_flight -= 1
-        if not transport._requests_in_flight:
-            scope.deadline = anyio.current_time() + timeout

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ors_server import hosting
+from ors_server import hosting, internals
 from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
@@ -54,6 +54,7 @@ def create_app(
     faces: Sequence[Callable[[Core], Face]] = FACES,
 ) -> Starlette:
     """The ASGI app serving `environments` (the first is the default) with `settings` through `faces`."""
+    internals.check()  # the MCP face reaches into the SDK: refuse to start on a release that lacks what it needs
     settings = settings or Settings()
     registry = Registry(environments)
     store = SessionStore(settings)

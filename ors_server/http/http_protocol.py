@@ -5,6 +5,9 @@ by concatenation, so a 160 MiB header also stalls the event loop) and waits fore
 request a byte at a time. This subclass keeps httptools' speed and adds the three missing bounds: bytes before
 the end of the headers, time to receive the headers, and time to receive the body. uvicorn's h11 protocol has a
 header size limit but no read timeouts either, and is slower on the call path.
+
+The subclass drives uvicorn's parser callbacks and reads the connection state it keeps: what it relies on is
+listed in `ors_server.internals`, checked when the class is configured (`bounded_by`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from ors_server import internals
 from ors_server.errors import Refused
 from ors_server.faces import FaceTable
 from ors_server.http.coalescing import CoalescingTransport
@@ -71,6 +75,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     @classmethod
     def bounded_by(cls, settings: Settings, faces: FaceTable | None = None) -> type[BoundedHttpToolsProtocol]:
         """This protocol with the limits of `settings` (uvicorn builds protocols from a class)."""
+        internals.check()
         limits = {
             "max_header_bytes": settings.max_header_bytes,
             "header_timeout": settings.header_timeout,

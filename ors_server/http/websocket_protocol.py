@@ -12,6 +12,7 @@ own kernel buffers) until it has read enough (down to a quarter of that). A clie
 reading for `write_timeout` seconds is closed (1008) and its socket aborted, which drops what was queued; so
 is any connection our keepalive gives up on. What one connection holds is then bounded by the buffer limit plus
 the one message being written (a tool result, at most `--max-output-chars`) plus the kernel's socket buffers.
+What the subclass relies on of uvicorn's class is listed in `ors_server.internals`, checked in `bounded_by`.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import asyncio
 import logging
 from typing import Any, ClassVar
 
-from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
 from uvicorn.config import Config
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 from websockets.http11 import Request
 
+from ors_server import internals
+from ors_server.internals import ASGIReceiveEvent, ASGISendEvent
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.ws")
@@ -58,6 +60,7 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
     @classmethod
     def bounded_by(cls, settings: Settings) -> type[BoundedWebSocketProtocol]:
         """This protocol with the limits of `settings` (uvicorn builds protocols from a class)."""
+        internals.check()
         limits = {"write_buffer_bytes": settings.ws_write_buffer_bytes, "write_timeout": settings.ws_write_timeout}
         return type(cls.__name__, (cls,), limits)
 
