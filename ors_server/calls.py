@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import time
+import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -446,10 +447,27 @@ class Calls:
             return ToolRejected(exc.reason, session.redact(str(exc)))  # type: ignore[arg-type]
         except Exception as exc:
             self._end_if_lost(call)
-            return ToolCrashed(session.redact(str(exc) or type(exc).__name__))
+            return self._crashed(call, exc)
         if not isinstance(output, ToolOutput):
             return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
         return self._bounded(name, output)
+
+    def _crashed(self, call: ToolCall, exc: Exception) -> ToolCrashed:
+        """A tool that raised: its author sees it in the log (one warning line naming the session, the tool and the
+        exception; the traceback at debug level), its caller and the record as `Type: message`."""
+        session = call.session
+        text = session.redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        logger.warning(
+            "session %s: tool '%s' raised %s (the traceback is logged at --log-level debug)",
+            session.id,
+            session.redact(call.name),
+            text,
+            extra={"session_id": session.id},
+        )
+        if logger.isEnabledFor(logging.DEBUG):
+            trace = session.redact("".join(traceback.format_exception(exc)).rstrip())
+            logger.debug("session %s: traceback of tool '%s':\n%s", session.id, session.redact(call.name), trace)
+        return ToolCrashed(text)
 
     def _end_if_lost(self, call: ToolCall) -> None:
         """A hosted environment whose host process died or hung during the call cannot run another: its session

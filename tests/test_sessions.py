@@ -346,7 +346,7 @@ async def test_a_raising_tool_yields_tool_crashed_with_the_exception_text_and_th
     async with store.run():
         session = await ready(store, "s")
         result = await store.call(session, "boom", {})
-        assert result == ToolCrashed("kaboom")
+        assert result == ToolCrashed("RuntimeError: kaboom")
         assert isinstance(await store.call(session, "noargs", {}), ToolOutput)
 
 

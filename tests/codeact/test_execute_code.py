@@ -123,7 +123,7 @@ async def test_a_failing_step_is_an_error_on_every_face_and_the_session_stays_us
         await ors_create(http, codeact_server, "fail-1")
         failed = await ors_call(http, codeact_server, "fail-1", "execute_code", {"code": "explode()"})
         after = await ors_call(http, codeact_server, "fail-1", "execute_code", {"code": "increment(by=2)"})
-    assert failed["ok"] is False and "ToolError: kaboom at 0 with ***" in failed["error"]
+    assert failed["ok"] is False and "ToolError: ValueError: kaboom at 0 with ***" in failed["error"]
     assert CLIENT_SECRET not in failed["error"]
     assert after["ok"] is True and after["output"]["blocks"][0]["text"] == '{"count": 2}'
     async with mcp_client(f"{codeact_server}/counter/mcp") as (session, _):

@@ -210,7 +210,7 @@ def test_failed_tool_calls_are_observations_with_a_typed_error(live):
     assert bad_input["observation"]["error"]["error_type"] == "invalid_args"
     assert raised["observation"]["error"] == {
         "error_type": "execution_error",
-        "message": "Error calling tool 'boom': kaboom",
+        "message": "Error calling tool 'boom': RuntimeError: kaboom",
     }
     # The exception failed that step only: the episode goes on and is won.
     assert (right["reward"], right["done"]) == (1.0, True)

@@ -220,7 +220,9 @@ def test_a_raising_tool_sends_task_id_then_an_error_event_with_the_exception_tex
     sid = create(client, math_task(0))
     response, raw = post_sse(client, "/mathlike/call", {"name": "boom", "input": {}}, sid)
     assert response.status_code == 200
-    assert re.fullmatch(rf"event: task_id\r\ndata: {TASK_ID}\r\n\r\nevent: error\r\ndata: kaboom\r\n\r\n", raw.decode())
+    assert re.fullmatch(
+        rf"event: task_id\r\ndata: {TASK_ID}\r\n\r\nevent: error\r\ndata: RuntimeError: kaboom\r\n\r\n", raw.decode()
+    )
     assert call_result(call(client, sid, "noargs"))["ok"] is True
 
 

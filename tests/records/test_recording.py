@@ -98,7 +98,7 @@ def test_secrets_never_reach_a_record(client: httpx.Client) -> None:
     record = ended(client, "secretive")
     assert len(record["calls"]) == 3
     assert SECRET not in json.dumps(record)
-    assert record["calls"][0]["error"] == "kaboom at 1 with ***"
+    assert record["calls"][0]["error"] == "ValueError: kaboom at 1 with ***"
     assert record["task"]["note"] == "***"
     export = client.get("/episodes/export", params={"format": "jsonl"}).text
     assert SECRET not in export
@@ -114,7 +114,7 @@ def test_overlapping_secrets_and_secrets_in_labels_are_masked_whole(client: http
     assert "kaboom at 1 with ***" in answered and "BBBBB" not in answered and short not in answered
     client.post("/delete", headers={"X-Session-ID": "overlap"})
     record = ended(client, "overlap")
-    assert record["calls"][0]["error"] == "kaboom at 1 with ***"
+    assert record["calls"][0]["error"] == "ValueError: kaboom at 1 with ***"
     assert record["labels"] == {"run": "***", "***": "x"}
     export = client.get("/episodes/export", params={"format": "jsonl"}).text
     for text in (json.dumps(record), export):
