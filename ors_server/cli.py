@@ -154,7 +154,8 @@ def _episodes(args: argparse.Namespace) -> None:
             row = database.episode(args.id)
             if row is None:
                 raise SystemExit(f"ors-server: no episode {args.id!r} in {records_db.shown(target)}")
-            print(json.dumps(reading.full(row, database.calls(row["key"])), indent=2))
+            for piece in reading.episode_text(database, row, "show"):
+                sys.stdout.write(piece)
             return
         labels = dict(label.partition("=")[::2] for label in args.label)
         try:

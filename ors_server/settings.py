@@ -352,13 +352,25 @@ class Records:
     )
     records_max_bytes: int | None = setting(
         None,
-        "the records' size (task, prompt, calls as JSON) past which the oldest ended episodes are forgotten",
+        "bytes the records hold at most (tasks, prompts, calls as UTF-8 JSON): the oldest ended episodes are "
+        "forgotten past it, and what live episodes add past it is cut to a marker",
         rule="at_least_1_or_none",
         metavar="N",
         shown="none",
     )
-    """A bound on what the records hold (counted as the JSON text of tasks, prompts and calls, so about the
-    database's size), enforced every few seconds by each writer."""
+    """A bound on what the records hold, counted as the UTF-8 bytes of the JSON text of tasks, prompts and calls
+    plus a small allowance per row (so about the database's size). Each writer forgets the oldest ended episodes
+    down to 7/8 of it every few seconds and whenever its share of the room left is spent; what it records past its
+    share (live episodes are never forgotten) is kept as a marker that says how many bytes were left out."""
+    records_call_max_bytes: int = setting(
+        4 * 1024 * 1024,
+        "bytes one call's record (arguments, output, error), a task or a prompt keeps at most; past it the text is "
+        "cut, with a marker",
+        rule="at_least_1",
+        metavar="N",
+    )
+    """What one record row keeps at most: a larger one keeps the start of its text and a marker saying how many bytes
+    were left out (the call's `truncated_bytes`). It also bounds what one read of the records holds."""
     records_queue: int = setting(
         10_000,
         "record items waiting for the database at most; past it new tool calls wait (backpressure)",

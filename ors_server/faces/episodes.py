@@ -1,7 +1,7 @@
-"""The episode records' REST readers: `/episodes` (list, with filters and cursor pagination), `/episodes/{id}`,
-`/episodes/{id}/events` (SSE: the calls of a live episode as they happen, then `end`), `/episodes/export`
-(streaming JSON Lines: our own records, or Eval Protocol `EvaluationRow`s) and `/episodes/stats` (figures by
-group, computed by the database).
+"""The episode records' REST readers: `/episodes` (list, with filters and cursor pagination), `/episodes/{id}` (a
+page of its calls at a time: `calls_cursor`, `calls_limit`, answered with `calls_next`), `/episodes/{id}/events`
+(SSE: the calls of a live episode as they happen, then `end`), `/episodes/export` (streaming JSON Lines: our own
+records, or Eval Protocol `EvaluationRow`s) and `/episodes/stats` (figures by group, computed by the database).
 
 A face like the others (behind the API key, errors as `{"detail": ...}`), but over the records database rather
 than the session store: it reads what every process of a deployment writes there, so behind a front any worker
@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 from ors_server.errors import BadRequest, NotFound, OrsError, StreamsFull
 from ors_server.faces import Core, Face, sse
 from ors_server.records.labels import checked
-from ors_server.records.reading import DEFAULT_LIMIT, FORMATS, MAX_LIMIT, Filters, Reader
+from ors_server.records.reading import CALLS_LIMIT, DEFAULT_LIMIT, FORMATS, MAX_LIMIT, Filters, Reader
 
 LABEL_PREFIX = "label."
 
@@ -92,17 +92,29 @@ def _bucket(request: Request) -> float | None:
     return bucket
 
 
+def _calls_page(request: Request) -> tuple[int, int]:
+    """Where a page of an episode's calls starts (after the call `calls_cursor` names), and how many it holds."""
+    query = request.query_params
+    cursor, limit = query.get("calls_cursor"), query.get("calls_limit")
+    if cursor is not None and not (cursor.isdigit() and len(cursor) < 19):
+        raise BadRequest("calls_cursor must be the `calls_next` of an earlier page")
+    if limit is not None and not (limit.isdigit() and int(limit) <= CALLS_LIMIT):
+        raise BadRequest(f"calls_limit must be an integer from 0 to {CALLS_LIMIT}")
+    return (-1 if cursor is None else int(cursor)), (CALLS_LIMIT if limit is None else int(limit))
+
+
 async def show_episode(request: Request) -> Response:
-    episode = await _reader(request).episode(request.path_params["episode_id"])
-    if episode is None:
+    after, limit = _calls_page(request)
+    body = await _reader(request).episode_page(request.path_params["episode_id"], after, limit)
+    if body is None:
         raise NotFound("no such episode")
-    return JSONResponse(episode)
+    return Response(body, media_type="application/json")
 
 
 async def episode_events(request: Request) -> Response:
     reader = _reader(request)
     episode_id = request.path_params["episode_id"]
-    if await reader.episode(episode_id, with_calls=False) is None:
+    if await reader.episode(episode_id) is None:
         raise NotFound("no such episode")
     settings = request.app.state.settings
     if reader.streams >= settings.records_streams:

@@ -33,6 +33,9 @@ DEFAULT_FILE = "ors-episodes.db"
 ENV_VARIABLE = "ORS_RECORDS"
 """Where records go when `--records` is not given (the tests point it at a temporary file)."""
 BUSY_TIMEOUT_MS = 10_000
+WAL_LIMIT = 16 * 1024 * 1024
+"""Bytes the SQLite WAL file is cut back to after a checkpoint that emptied it (`journal_size_limit`): a burst of
+writes does not leave a large WAL behind."""
 MARKS_PER_QUERY = 500
 """Episode keys per query of `Database.marks` (under SQLite's and PostgreSQL's limits on parameters)."""
 STALE_WRITER = 60.0
@@ -63,6 +66,14 @@ MIGRATIONS: list[list[str]] = [
     ["ALTER TABLE ors_episodes ADD COLUMN bytes BIGINT NOT NULL DEFAULT 0"],
     # 2 -> 3: each call's own id, which the calls made from inside a CodeAct step name as their `step`.
     ["ALTER TABLE ors_calls ADD COLUMN id TEXT"],
+    # 3 -> 4: the bytes of each call (read through the index alone, to page an episode's calls by size) and the
+    # bytes the record left out of a call or an episode (past `--records-call-max-bytes` or `--records-max-bytes`).
+    [
+        "ALTER TABLE ors_calls ADD COLUMN bytes BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE ors_calls ADD COLUMN truncated BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE ors_episodes ADD COLUMN truncated BIGINT NOT NULL DEFAULT 0",
+        "CREATE INDEX ors_calls_sizes ON ors_calls (episode, n, bytes)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _PG_LOCK = 0x0E5_4EC0  # the advisory lock that serialises migrations of one PostgreSQL database
@@ -104,8 +115,10 @@ class Page:
 
 
 EPISODE_COLUMNS = (
-    "key, id, session_id, number, env, face, labels, started_at, ended_at, end_reason, steps, reward, finished, calls"
+    "key, id, session_id, number, env, face, labels, started_at, ended_at, end_reason, steps, reward, finished, calls,"
+    " truncated"
 )
+CALL_COLUMNS = "n, id, face, tool, arguments, ok, output, error, reason, started_at, duration_ms, step, truncated"
 
 
 class Database:
@@ -135,7 +148,11 @@ class Database:
             self.target, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
         )
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # Pages freed by pruning are given back to the file system by `reclaim` (this takes effect on a new file
+        # only; `reclaim` converts an older one once).
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
         # WAL with synchronous NORMAL survives a process crash (SIGKILL) whole; only an OS crash may lose the last
         # transactions.
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -248,7 +265,7 @@ class Database:
                 self._conn.cursor().executemany(
                     self.sql(
                         "INSERT INTO ors_episodes (key, id, session_id, number, env, face, labels, task, started_at,"
-                        " owner, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        " owner, bytes, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ),
                     batch.episodes,
                 )
@@ -260,19 +277,21 @@ class Database:
                 self._conn.cursor().executemany(
                     self.sql(
                         "INSERT INTO ors_calls (episode, n, face, tool, arguments, ok, output, error, reason,"
-                        " started_at, duration_ms, step, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        " started_at, duration_ms, step, id, bytes, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                        " ?, ?, ?, ?)"
                     ),
                     batch.calls,
                 )
-            for key, (steps, reward, finished, calls, size) in batch.counters.items():
+            for key, (steps, reward, finished, calls, size, truncated) in batch.counters.items():
                 self.execute(
-                    "UPDATE ors_episodes SET steps = ?, reward = ?, finished = ?, calls = ?, bytes = bytes + ?"
-                    " WHERE key = ?",
-                    (steps, reward, finished, calls, size, key),
+                    "UPDATE ors_episodes SET steps = ?, reward = ?, finished = ?, calls = ?, bytes = bytes + ?,"
+                    " truncated = truncated + ? WHERE key = ?",
+                    (steps, reward, finished, calls, size, truncated, key),
                 )
-            for key, prompt in batch.prompts:
+            for key, prompt, size, truncated in batch.prompts:
                 self.execute(
-                    "UPDATE ors_episodes SET prompt = ?, bytes = bytes + ? WHERE key = ?", (prompt, len(prompt), key)
+                    "UPDATE ors_episodes SET prompt = ?, bytes = bytes + ?, truncated = truncated + ? WHERE key = ?",
+                    (prompt, size, truncated, key),
                 )
             for key, ended_at, reason in batch.ends:
                 self.execute(
@@ -296,15 +315,23 @@ class Database:
                 )
             ]
         if max_bytes is not None:
-            total = int(self.rows("SELECT COALESCE(SUM(bytes), 0) AS total FROM ors_episodes")[0]["total"])
-            if total > max_bytes:
-                for row in self.rows(
-                    "SELECT key, bytes FROM ors_episodes WHERE ended_at IS NOT NULL ORDER BY started_at LIMIT 10000"
-                ):
+            total = self.usage()[0]
+            oldest: tuple[float, str] | None = None
+            while total > max_bytes and len(doomed) < 10_000:
+                where, params = ("", ()) if oldest is None else (" AND (started_at, key) > (?, ?)", oldest)
+                rows = self.rows(
+                    "SELECT key, bytes, started_at FROM ors_episodes WHERE ended_at IS NOT NULL"
+                    f"{where} ORDER BY started_at, key LIMIT 100",
+                    params,
+                )
+                for row in rows:
                     if total <= max_bytes:
                         break
                     doomed.append(row["key"])
                     total -= int(row["bytes"])
+                if len(rows) < 100:
+                    break
+                oldest = (rows[-1]["started_at"], rows[-1]["key"])
         if not doomed:
             return 0
         with self.lock, self.transaction():
@@ -312,6 +339,32 @@ class Database:
                 for table, column in (("ors_calls", "episode"), ("ors_labels", "episode"), ("ors_episodes", "key")):
                     self.execute(f"DELETE FROM {table} WHERE {column} = ?", (key,))
         return len(set(doomed))
+
+    def usage(self) -> tuple[int, int]:
+        """The bytes every episode's record takes (as `--records-max-bytes` counts them), and how many writer
+        processes share the database."""
+        total = self.rows("SELECT COALESCE(SUM(bytes), 0) AS total FROM ors_episodes")[0]["total"]
+        writers = self.rows("SELECT COUNT(*) AS writers FROM ors_writers")[0]["writers"]
+        return int(total), int(writers)
+
+    def reclaim(self) -> None:
+        """Give the space of forgotten records back to the file system: SQLite moves its free pages to the end of
+        the file and cuts them off (`incremental_vacuum`), then empties the WAL into the file and truncates it;
+        PostgreSQL's plain `VACUUM` makes the space reusable and cuts empty pages off the end of each table (its
+        files shrink only there; `VACUUM FULL` would lock the tables, so it is left to the operator)."""
+        with self.lock:
+            if self.postgres:
+                for table in ("ors_calls", "ors_labels", "ors_episodes"):
+                    self.execute(f"VACUUM {table}")
+                return
+            if self.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+                # A file made before incremental vacuum was switched on: converted once, by a full VACUUM.
+                self.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                self.execute("VACUUM")
+            else:
+                # Run to its end by sqlite3_exec: `execute` steps a statement once, and each step frees one page.
+                self._conn.executescript("PRAGMA incremental_vacuum;")
+            self.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # Reading.
 
@@ -414,8 +467,10 @@ class Database:
         )
         return rows[0] if rows else None
 
-    def state(self, key: str) -> dict[str, Any] | None:
-        rows = self.rows(f"SELECT {EPISODE_COLUMNS} FROM ors_episodes WHERE key = ?", (key,))
+    def state(self, key: str, full: bool = False) -> dict[str, Any] | None:
+        """The episode recorded as `key` (with its task and prompt if `full`)."""
+        columns = EPISODE_COLUMNS + (", task, prompt" if full else "")
+        rows = self.rows(f"SELECT {columns} FROM ors_episodes WHERE key = ?", (key,))
         return rows[0] if rows else None
 
     def marks(self, keys: Sequence[str]) -> dict[str, tuple[int, float | None]]:
@@ -430,11 +485,46 @@ class Database:
         return marks
 
     def calls(self, key: str, after: int = -1) -> list[dict[str, Any]]:
-        return self.rows(
-            "SELECT n, id, face, tool, arguments, ok, output, error, reason, started_at, duration_ms, step"
-            " FROM ors_calls WHERE episode = ? AND n > ? ORDER BY n",
-            (key, after),
+        """Every call of an episode after call `after` (for small episodes and tests: readers page them)."""
+        return self.rows(f"SELECT {CALL_COLUMNS} FROM ors_calls WHERE episode = ? AND n > ? ORDER BY n", (key, after))
+
+    def call_page(self, key: str, after: int, limit: int, max_bytes: int) -> CallPage:
+        """The calls of an episode after call `after`: at most `limit`, and no more than `max_bytes` of them (as
+        recorded) unless the first alone is larger. Their sizes are read from an index first, so a page never
+        loads what it will not return."""
+        sizes = self.rows(
+            "SELECT n, bytes FROM ors_calls WHERE episode = ? AND n > ? ORDER BY n LIMIT ?", (key, after, limit + 1)
         )
+        total, last = 0, None
+        for row in sizes[:limit]:
+            if last is not None and total + int(row["bytes"]) > max_bytes:
+                break
+            total += int(row["bytes"])
+            last = int(row["n"])
+        if last is None:
+            return CallPage([], False)
+        rows = self.rows(
+            f"SELECT {CALL_COLUMNS} FROM ors_calls WHERE episode = ? AND n > ? AND n <= ? ORDER BY n",
+            (key, after, last),
+        )
+        return CallPage(rows, int(sizes[-1]["n"]) > last)
+
+    def iter_calls(self, key: str, max_bytes: int) -> Iterator[dict[str, Any]]:
+        """Every call of an episode, read a page of at most about `max_bytes` at a time."""
+        after = -1
+        while True:
+            page = self.call_page(key, after, MARKS_PER_QUERY, max_bytes)
+            yield from page.rows
+            if not page.more:
+                return
+            after = page.rows[-1]["n"]
+
+
+@dataclass
+class CallPage:
+    rows: list[dict[str, Any]]
+    more: bool
+    """Whether calls follow the last of `rows` (recorded so far)."""
 
 
 def _combined(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -485,8 +575,9 @@ class Batch:
     episodes: list[tuple[Any, ...]]
     labels: list[tuple[str, str, str]]
     calls: list[tuple[Any, ...]]
-    counters: dict[str, tuple[int, float, int, int, int]]
-    prompts: list[tuple[str, str]]
+    counters: dict[str, tuple[int, float, int, int, int, int]]
+    """Each episode's steps, reward, finished, calls, and the bytes its calls in this batch took and left out."""
+    prompts: list[tuple[str, str, int, int]]
     ends: list[tuple[str, float, str]]
 
     @classmethod

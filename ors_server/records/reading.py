@@ -3,25 +3,36 @@ Eval Protocol `EvaluationRow`s).
 
 `Reader` is the async side the server uses (every query on a thread of its own, on a connection of its own, so
 reading never waits for the writer); the CLI uses a `Database` directly.
+
+An episode's calls are read a page at a time (at most `PAGE_BYTES` of them as recorded, so one read holds about
+that plus one call of at most `--records-call-max-bytes`), and turned into JSON text on the reading thread: `GET
+/episodes/{id}` answers one page and a cursor to the next, the export and `ors-server episodes show` write an
+episode's JSON as its pages come. Reads of calls take turns on a connection and a thread of their own (the bulk
+lane), so lists, summaries and the event streams' looks never wait behind a large episode.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 
-from ors_server.records.db import Database, loads, parse_cursor
+from ors_server.records.db import CallPage, Database, loads, parse_cursor
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
 EXPORT_PAGE = 200
+CALLS_LIMIT = 1000
+"""Calls in one page of `GET /episodes/{id}` at most (`calls_limit`, also its default)."""
+PAGE_BYTES = 4 * 1024 * 1024
+"""Bytes of calls (as recorded) one page holds at most, unless its first call alone is larger."""
 POLL = 0.3
 """Seconds between looks at a live episode's new calls (they reach the database within about that, from any
 worker)."""
@@ -88,6 +99,7 @@ def summary(row: dict[str, Any]) -> dict[str, Any]:
         "steps": int(row["steps"]),
         "reward": float(row["reward"]),
         "finished": bool(row["finished"]),
+        "truncated_bytes": int(row["truncated"]),
     }
 
 
@@ -109,17 +121,28 @@ def call_of(row: dict[str, Any]) -> dict[str, Any]:
     call["duration_ms"] = row["duration_ms"]
     if row["step"] is not None:
         call["step"] = row["step"]  # made from inside a CodeAct step: the step's call id
+    if row["truncated"]:
+        call["truncated_bytes"] = row["truncated"]  # its record was cut (see `records.bounds`)
     return call
 
 
+def header(row: dict[str, Any]) -> dict[str, Any]:
+    """An episode without its calls: its summary, task and prompt."""
+    return {**summary(row), "task": loads(row["task"]), "prompt": loads(row["prompt"])}
+
+
 def full(row: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """An episode as `GET /episodes/{id}` shows it, and as `jsonl` exports it."""
-    return {
-        **summary(row),
-        "task": loads(row["task"]),
-        "prompt": loads(row["prompt"]),
-        "calls": [call_of(c) for c in calls],
-    }
+    """An episode with all its calls, as `jsonl` exports it (written a page at a time by `episode_text`)."""
+    return {**header(row), "calls": [call_of(c) for c in calls]}
+
+
+def episode_page(db: Database, row: dict[str, Any], after: int, limit: int) -> bytes:
+    """`GET /episodes/{id}`: the episode with one page of its calls (those after call `after`, at most `limit`)
+    and `calls_next`, the cursor to the next page (null at the last one recorded so far), as JSON bytes."""
+    page = db.call_page(row["key"], after, limit, PAGE_BYTES) if limit else CallPage([], after + 1 < row["calls"])
+    following = str(page.rows[-1]["n"] if page.rows else after) if page.more else None
+    body = {**header(row), "calls": [call_of(c) for c in page.rows], "calls_next": following}
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _text(blocks: Any) -> str:
@@ -160,32 +183,8 @@ def evaluation_row(episode: dict[str, Any]) -> dict[str, Any]:
     model_calls = steps(episode["calls"])
     accepted = 0
     for n, (call, inner) in enumerate(model_calls):
-        call_id = call.get("id") or f"call_{n}"
-        arguments = json.dumps(call["arguments"] if call["arguments"] is not None else {})
-        messages.append(
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {"id": call_id, "type": "function", "function": {"name": call["tool"], "arguments": arguments}}
-                ],
-            }
-        )
-        content = _text(call["output"]["blocks"]) if call["ok"] else f"Error: {call['error']}"
-        message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "name": call["tool"], "content": content}
-        if call["ok"]:
-            output = call["output"]
-            message["control_plane_step"] = {
-                "step": accepted,
-                "reward": output.get("reward") or 0.0,
-                "terminated": bool(output.get("finished")),
-                "info": output.get("metadata") or {},
-                "tool_calls": [_signature(c) for c in inner] if inner else [_signature(call)],
-                "num_tool_calls": len(inner) if inner else 1,
-                **({"inner_calls": inner} if inner else {}),
-            }
-            accepted += 1
-        messages.append(message)
+        messages += model_messages(n, call, inner, accepted)
+        accepted += bool(call["ok"])
     ids = {
         "episode_id": episode["id"],
         "session_id": episode["session_id"],
@@ -255,16 +254,108 @@ def _number(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def model_messages(n: int, call: dict[str, Any], inner: list[dict[str, Any]], accepted: int) -> list[dict[str, Any]]:
+    """The model's n-th call as an `EvaluationRow`'s messages: the assistant's tool call and the tool's answer
+    (`accepted`: how many of the model's calls before it were accepted; `inner`: the calls its code made)."""
+    call_id = call.get("id") or f"call_{n}"
+    arguments = json.dumps(call["arguments"] if call["arguments"] is not None else {})
+    content = _text(call["output"]["blocks"]) if call["ok"] else f"Error: {call['error']}"
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "name": call["tool"], "content": content}
+    if call["ok"]:
+        output = call["output"]
+        message["control_plane_step"] = {
+            "step": accepted,
+            "reward": output.get("reward") or 0.0,
+            "terminated": bool(output.get("finished")),
+            "info": output.get("metadata") or {},
+            "tool_calls": [_signature(c) for c in inner] if inner else [_signature(call)],
+            "num_tool_calls": len(inner) if inner else 1,
+            **({"inner_calls": inner} if inner else {}),
+        }
+    return [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": call["tool"], "arguments": arguments}}
+            ],
+        },
+        message,
+    ]
+
+
 FORMATS = {"jsonl": lambda episode: episode, "evaluation_row": evaluation_row}
 
 
+class EpisodeText:
+    """One episode's JSON text, written as its calls are read a page at a time: `start()`, `calls(page)` for each
+    page, `end()`. Joined, the pieces are `json.dumps(episode)` of the whole episode in `format` (`jsonl`,
+    `evaluation_row`, or `show`: `ors-server episodes show`'s indented JSON), so memory holds one page, not the
+    episode (and for `evaluation_row`, the calls of a CodeAct step until the step itself comes: they are recorded
+    before it)."""
+
+    def __init__(self, row: dict[str, Any], format: str) -> None:
+        self.row, self.format, self.count = row, format, 0
+        self.accepted = 0
+        self.inner: dict[str, list[dict[str, Any]]] = {}
+
+    def start(self) -> str:
+        if self.format == "evaluation_row":
+            return '{"messages": [' + json.dumps({"role": "user", "content": _text(loads(self.row["prompt"]))})
+        if self.format == "show":
+            return json.dumps(header(self.row), indent=2)[: -len("\n}")] + ',\n  "calls": ['
+        return json.dumps(header(self.row))[:-1] + ', "calls": ['
+
+    def calls(self, rows: list[dict[str, Any]]) -> str:
+        parts = []
+        for row in rows:
+            call = call_of(row)
+            if self.format == "evaluation_row":
+                if call.get("step") is not None:
+                    self.inner.setdefault(call["step"], []).append(call)
+                    continue
+                inner = self.inner.pop(call["id"], []) if call.get("id") else []
+                parts += [", " + json.dumps(m) for m in model_messages(self.count, call, inner, self.accepted)]
+                self.accepted += bool(call["ok"])
+            elif self.format == "show":
+                parts.append(("," if self.count else "") + "\n" + textwrap.indent(json.dumps(call, indent=2), "    "))
+            else:
+                parts.append((", " if self.count else "") + json.dumps(call))
+            self.count += 1
+        return "".join(parts)
+
+    def end(self) -> str:
+        if self.format == "evaluation_row":
+            whole = evaluation_row({**header(self.row), "calls": []})
+            whole["execution_metadata"]["tool_call_count"] = self.count
+            del whole["messages"]
+            return "], " + json.dumps(whole)[1:] + "\n"
+        if self.format == "show":
+            return ("\n  ]" if self.count else "]") + "\n}\n"
+        return "]}\n"
+
+
+def episode_text(db: Database, row: dict[str, Any], format: str) -> Iterator[str]:
+    """An episode's JSON text in `format` (see `EpisodeText`), a page of calls at a time (synchronously)."""
+    text = EpisodeText(row, format)
+    yield text.start()
+    after, more = -1, True
+    while more:
+        chunk, after, more = _calls_text(db, text, row["key"], after)
+        yield chunk
+    yield text.end()
+
+
 def export_lines(db: Database, filters: Filters, format: str) -> Iterator[str]:
-    """Every episode that passes `filters`, newest first, one JSON line each (synchronously: the CLI's)."""
+    """Every episode that passes `filters`, newest first, one JSON line each, in pieces (synchronously: the
+    CLI's)."""
     cursor = None
     while True:
-        page = db.episodes(**filters.query(), limit=EXPORT_PAGE, cursor=cursor, full=True)
-        for row in page.rows:
-            yield json.dumps(FORMATS[format](full(row, db.calls(row["key"])))) + "\n"
+        page = db.episodes(**filters.query(), limit=EXPORT_PAGE, cursor=cursor)
+        for listed in page.rows:
+            row = db.state(listed["key"], full=True)
+            if row is not None:
+                yield from episode_text(db, row, format)
         if page.next is None:
             return
         cursor = parse_cursor(page.next)
@@ -275,8 +366,7 @@ class Reader:
 
     def __init__(self, target: str) -> None:
         self.target = target
-        self._db: Database | None = None
-        self._limiter = anyio.CapacityLimiter(1)
+        self._lanes = {"quick": _Lane(), "bulk": _Lane()}
         self.closing = anyio.Event()
         self.streams = 0
         """Event streams open (`faces.episodes` counts them, and bounds them by `--records-streams`)."""
@@ -286,18 +376,23 @@ class Reader:
         self._marks_read = -math.inf
         self._marks_reading: anyio.Event | None = None
 
-    async def _run(self, function: Any, *args: Any, **kwargs: Any) -> Any:
-        def call() -> Any:
-            if self._db is None:
-                self._db = Database(self.target)
-            return function(self._db, *args, **kwargs)
+    async def _run(self, function: Callable[..., Any], *args: Any, lane: str = "quick", **kwargs: Any) -> Any:
+        """`function(database, ...)` on the lane's thread and connection: `quick` for reads of a bounded size
+        (lists, an episode's summary, marks), `bulk` for an episode's calls."""
+        chosen = self._lanes[lane]
 
-        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+        def call() -> Any:
+            if chosen.db is None:
+                chosen.db = Database(self.target)
+            return function(chosen.db, *args, **kwargs)
+
+        return await anyio.to_thread.run_sync(call, limiter=chosen.limiter)
 
     async def close(self) -> None:
         self.closing.set()
-        if self._db is not None:
-            await anyio.to_thread.run_sync(self._db.close, limiter=self._limiter)
+        for lane in self._lanes.values():
+            if lane.db is not None:
+                await anyio.to_thread.run_sync(lane.db.close, limiter=lane.limiter)
 
     async def page(self, filters: Filters, limit: int, cursor: str | None) -> dict[str, Any]:
         position = parse_cursor(cursor) if cursor else None
@@ -308,11 +403,18 @@ class Reader:
         groups = await self._run(Database.stats, group_by, **filters.query(), bucket=bucket)
         return stats_answer(groups, bucket)
 
-    async def episode(self, episode_id: str, with_calls: bool = True) -> dict[str, Any] | None:
+    async def episode(self, episode_id: str) -> dict[str, Any] | None:
+        """The episode's row (without its calls), or None."""
+        row: dict[str, Any] | None = await self._run(Database.episode, episode_id)
+        return row
+
+    async def episode_page(self, episode_id: str, after: int = -1, limit: int = CALLS_LIMIT) -> bytes | None:
+        """`GET /episodes/{id}`'s answer (see `episode_page`), or None if there is no such episode."""
         row = await self._run(Database.episode, episode_id)
-        if row is None or not with_calls:
-            return row
-        return full(row, await self._run(Database.calls, row["key"]))
+        if row is None:
+            return None
+        text: bytes = await self._run(episode_page, row, after, limit, lane="bulk")
+        return text
 
     async def events(self, episode_id: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """("call", call) for each call of the episode, as they are recorded, then ("end", the episode); ("ping",
@@ -325,9 +427,13 @@ class Reader:
         try:
             while True:
                 state = await self._run(Database.state, key)
-                for call in await self._run(Database.calls, key, after):
-                    after = call["n"]
-                    yield "call", call_of(call)
+                while True:
+                    page = await self._run(Database.call_page, key, after, CALLS_LIMIT, PAGE_BYTES, lane="bulk")
+                    for call in page.rows:
+                        after = call["n"]
+                        yield "call", call_of(call)
+                    if not page.more:
+                        break
                 if state is None or state["ended_at"] is not None:
                     if state is not None:
                         yield "end", summary(state)
@@ -364,12 +470,37 @@ class Reader:
         return self._marks
 
     async def export(self, filters: Filters, format: str) -> AsyncIterator[str]:
+        """Every episode that passes `filters`, newest first, one JSON line each, written a page of calls at a
+        time (each page read and rendered on the bulk lane)."""
         cursor = None
         while True:
-            page = await self._run(Database.episodes, **filters.query(), limit=EXPORT_PAGE, cursor=cursor, full=True)
-            for row in page.rows:
-                calls = await self._run(Database.calls, row["key"])
-                yield json.dumps(FORMATS[format](full(row, calls))) + "\n"
+            page = await self._run(Database.episodes, **filters.query(), limit=EXPORT_PAGE, cursor=cursor)
+            for listed in page.rows:
+                row = await self._run(Database.state, listed["key"], full=True)
+                if row is None:
+                    continue  # forgotten meanwhile
+                text = EpisodeText(row, format)
+                yield text.start()
+                after, more = -1, True
+                while more:
+                    chunk, after, more = await self._run(_calls_text, text, row["key"], after, lane="bulk")
+                    yield chunk
+                yield text.end()
             if page.next is None:
                 return
             cursor = parse_cursor(page.next)
+
+
+def _calls_text(db: Database, text: EpisodeText, key: str, after: int) -> tuple[str, int, bool]:
+    """The page of an episode's calls after call `after`, as `text` writes them; its last call, and whether more
+    follow."""
+    page = db.call_page(key, after, CALLS_LIMIT, PAGE_BYTES)
+    return text.calls(page.rows), page.rows[-1]["n"] if page.rows else after, page.more
+
+
+@dataclass
+class _Lane:
+    """One connection and the thread that takes turns on it."""
+
+    db: Database | None = None
+    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))

@@ -10,6 +10,11 @@ admitted (`Calls.throttles`) until the writer has caught up, and the time they w
 (`ors_records_wait_seconds_total`). Nothing is dropped silently: a batch the database refuses is tried again
 (`RETRIES`), then dropped with an error in the log and `ors_records_dropped_total`.
 
+Size: rows are counted in UTF-8 bytes and bounded as `bounds` says: `--records-call-max-bytes` each, and the room
+left under `--records-max-bytes`, which the writer learns from the database whenever it prunes (every `HEARTBEAT`,
+and at once when a row would not fit in its share of the room). So the records hold at most `--records-max-bytes`
+plus the markers of what was cut; `Database.reclaim` gives the pages of forgotten episodes back every `HEARTBEAT`.
+
 Secrets never reach a record: every text written (arguments, outputs, errors, the task, the prompt) has the
 session's secret values masked, as they appear raw and as JSON escapes them.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
 import weakref
@@ -32,10 +38,12 @@ from prometheus_client.registry import Collector
 
 from ors_server.calls import Throttle, ToolCall, ToolRejected, wall_clock
 from ors_server.masking import Masker
+from ors_server.records import bounds
+from ors_server.records.bounds import Budget
 from ors_server.records.db import Batch, Database, RecordsError, resolve, shown
 from ors_server.sessions import Episode, EpisodeEnd, Session, SessionStore, State
 from ors_server.settings import Settings
-from ors_server.types import ToolOutput
+from ors_server.types import TextBlock, ToolOutput
 
 logger = logging.getLogger("ors_server.records")
 
@@ -44,6 +52,12 @@ FLUSH_DELAY = 0.2
 HEARTBEAT = 10.0
 """Seconds between a writer's heartbeats (and sweeps for orphaned episodes and retention)."""
 RETRIES = 5
+LOW_WATER = 7 / 8
+"""Pruning forgets the oldest ended episodes down to this share of `--records-max-bytes`, so that the room it
+leaves lasts a while."""
+PRUNE_AGAIN = 1.0
+"""Seconds between prunes asked for by a row that does not fit, while the last one forgot nothing and this writer
+has ended no episode since (live episodes fill the records: what they add is cut to markers until some end)."""
 
 
 @dataclass(eq=False)
@@ -87,6 +101,12 @@ class Recorder(Throttle):
         self._written = anyio.Event()
         self._limiter = anyio.CapacityLimiter(1)
         self.counts = {"written": 0, "dropped": 0, "batches": 0}
+        self.room_left = math.inf
+        """Bytes this writer may still record before it prunes again (its share of `--records-max-bytes` left)."""
+        self._fruitless: float | None = None
+        """When a prune last forgot nothing, if no episode has ended here since."""
+        self._forgot = False
+        """Whether episodes were forgotten since the space was last reclaimed."""
         self.waited = 0.0
         """Seconds tool calls waited for the writer to catch up (backpressure)."""
         self.closing = anyio.Event()
@@ -146,6 +166,7 @@ class Recorder(Throttle):
         self.db = await anyio.to_thread.run_sync(Database, self.target)
         await self._in_thread(self.db.register, self.owner)
         lost = await self._in_thread(self.db.mark_orphans, self.owner)
+        await self._prune()
         logger.info(
             "episode records: %s%s",
             shown(self.target),
@@ -186,9 +207,40 @@ class Recorder(Throttle):
             try:
                 await self._in_thread(db.heartbeat, self.owner)
                 await self._in_thread(db.mark_orphans, self.owner)
-                await self._in_thread(db.prune, self.settings.records_keep_days, self.settings.records_max_bytes)
+                await self._prune()
+                if self._forgot:
+                    self._forgot = False
+                    await self._in_thread(db.reclaim)
             except Exception as exc:
                 logger.warning("episode records upkeep failed: %s", exc)
+
+    async def _prune(self) -> None:
+        self.room_left = await self._in_thread(self._prune_now, 0)
+
+    def _prune_now(self, needed: int) -> float:
+        """Forget what retention says to, and enough ended episodes to leave room for `needed` bytes (on the writer's
+        thread); the room left under `--records-max-bytes`, shared evenly by the writers of the database."""
+        assert self.db is not None
+        limit = self.settings.records_max_bytes
+        target = None if limit is None else min(int(limit * LOW_WATER), limit - needed)
+        forgotten = self.db.prune(self.settings.records_keep_days, target)
+        self._forgot = self._forgot or forgotten > 0
+        self._fruitless = None if forgotten else time.monotonic()
+        if limit is None:
+            return math.inf
+        total, writers = self.db.usage()
+        return max(limit - total, 0) / max(writers, 1)
+
+    def _refill(self, needed: int) -> float | None:
+        """The room a prune leaves, asked for by a batch about to cut a row for want of room; None if the last
+        prune forgot nothing less than `PRUNE_AGAIN` ago and no episode has ended here since."""
+        if self._fruitless is not None and time.monotonic() - self._fruitless < PRUNE_AGAIN:
+            return None
+        try:
+            return self._prune_now(needed)
+        except Exception as exc:
+            logger.warning("episode records: pruning failed: %s", exc)
+            return None
 
     async def _flush(self) -> None:
         """Write everything queued so far, as one batch (shielded: items taken from the queue are written even if
@@ -201,10 +253,14 @@ class Recorder(Throttle):
         items, self._queue = self._queue, []
         self._wake = anyio.Event()
         if items:
-            batch = await self._in_thread(_batch, items, self.owner)
+            budget = Budget(self.settings.records_call_max_bytes, self.room_left, self._refill)
+            batch = await self._in_thread(_batch, items, self.owner, budget)
+            self.room_left = budget.room
             for attempt in range(RETRIES):
                 try:
                     await self._in_thread(self.db.write, batch)
+                    if batch.ends:
+                        self._fruitless = None
                     self.counts["written"] += len(items)
                     self.counts["batches"] += 1
                     break
@@ -233,9 +289,9 @@ class Recorder(Throttle):
 # Turning queued items into rows (on the writer's thread).
 
 
-def _batch(items: list[tuple[Any, ...]], owner: str) -> Batch:
+def _batch(items: list[tuple[Any, ...]], owner: str, budget: Budget) -> Batch:
     batch = Batch.empty()
-    sizes: dict[str, int] = {}
+    sizes: dict[str, tuple[int, int]] = {}
     for item in items:
         kind, opened = item[0], item[1]
         mask = opened.mask
@@ -244,56 +300,90 @@ def _batch(items: list[tuple[Any, ...]], owner: str) -> Batch:
             # A label is the client's text too: a secret in it is masked like anywhere else.
             labels = {mask(key): mask(value) for key, value in session.labels.items()}
             task = _masked(task_spec, mask)
-            batch.episodes.append(
-                (
-                    opened.key,
-                    record_id,
-                    session.id,
-                    number,
-                    session.env_name,
-                    session.created_by,
-                    json.dumps(labels),
-                    task,
-                    started_at,
-                    owner,
-                    len(task),
-                )
+            original = bounds.size(task)
+            allowed, bound = budget.allowed(original)
+            if original > allowed:
+                task = bounds.cut_json(task, allowed, bound)
+            row = (
+                opened.key,
+                record_id,
+                session.id,
+                number,
+                session.env_name,
+                session.created_by,
+                json.dumps(labels),
+                task,
+                started_at,
+                owner,
             )
+            taken = _row_size(row) + sum(bounds.size(k) + bounds.size(v) + bounds.ROW_BYTES for k, v in labels.items())
+            budget.spend(taken)
+            batch.episodes.append((*row, taken, max(original - bounds.size(task), 0)))
             batch.labels += [(opened.key, key, value) for key, value in labels.items()]
         elif kind == "call":
             _, _, n, call, arguments, result, (steps, reward, finished, count) = item
-            row = _call_row(opened.key, n, call, arguments, result, mask)
-            batch.calls.append(row)
-            sizes[opened.key] = sizes.get(opened.key, 0) + sum(len(v) for v in row if isinstance(v, str))
-            batch.counters[opened.key] = (steps, reward, int(finished), count, sizes[opened.key])
+            call_row = _call_row(opened.key, n, call, arguments, result, mask, budget)
+            batch.calls.append(call_row)
+            taken, cut = sizes.get(opened.key, (0, 0))
+            sizes[opened.key] = (taken + call_row[-2], cut + call_row[-1])
+            batch.counters[opened.key] = (steps, reward, int(finished), count, *sizes[opened.key])
         elif kind == "prompt":
-            batch.prompts.append((opened.key, _masked(item[2], mask)))
+            prompt = _masked(item[2], mask)
+            original = bounds.size(prompt)
+            allowed, bound = budget.allowed(original)
+            if original > allowed:
+                texts = [mask(b.get("text", "")) for b in item[2] if b.get("type") == "text"]
+                prompt = bounds.cut_blocks(texts, original, allowed, bound, None)
+            taken = bounds.size(prompt)
+            budget.spend(taken)
+            batch.prompts.append((opened.key, prompt, taken, max(original - taken, 0)))
         elif kind == "end":
             batch.ends.append((opened.key, item[2], item[3]))
     return batch
 
 
-def _call_row(key: str, n: int, call: ToolCall, arguments: Any, result: Any, mask: Masker) -> tuple[Any, ...]:
+def _row_size(row: tuple[Any, ...]) -> int:
+    return sum(bounds.size(value) for value in row if isinstance(value, str)) + bounds.ROW_BYTES
+
+
+def _call_row(
+    key: str,
+    n: int,
+    call: ToolCall,
+    arguments: Any,
+    result: Any,
+    mask: Masker,
+    budget: Budget,
+) -> tuple[Any, ...]:
+    """The row of one call, cut to what `budget` allows (spent from it), ending with its bytes and the bytes it
+    left out."""
     output = error = reason = None
     if isinstance(result, ToolOutput):
-        output = _masked(
-            {
-                "blocks": [block.model_dump(exclude_none=True) for block in result.blocks],
-                "reward": result.reward,
-                "finished": result.finished,
-                "metadata": result.metadata,
-            },
-            mask,
-        )
+        kept = {"reward": result.reward, "finished": result.finished, "metadata": result.metadata}
+        output = _masked({"blocks": [block.model_dump(exclude_none=True) for block in result.blocks], **kept}, mask)
     else:
         error = mask(result.message)
         reason = result.reason if isinstance(result, ToolRejected) else "crashed"
-    return (
+    recorded_arguments = _masked(arguments, mask)
+    original = bounds.size(recorded_arguments) + bounds.size(output) + bounds.size(error)
+    allowed, bound = budget.allowed(original)
+    if original > allowed:
+        # Arguments keep their JSON while they take at most a quarter of the row; the rest goes to the answer.
+        if bounds.size(recorded_arguments) > allowed // 4:
+            recorded_arguments = bounds.cut_json(recorded_arguments, allowed // 4, bound)
+        room = allowed - bounds.size(recorded_arguments)
+        if isinstance(result, ToolOutput):
+            texts = [mask(block.text) for block in result.blocks if isinstance(block, TextBlock)]
+            extra = {"reward": result.reward, "finished": result.finished, "metadata": None}
+            output = bounds.cut_blocks(texts, original, room, bound, extra)
+        elif error is not None:
+            error = bounds.cut_text(error, room, bound)
+    row = (
         key,
         n,
         call.face,
         mask(call.name),
-        _masked(arguments, mask),
+        recorded_arguments,
         int(output is not None),
         output,
         error,
@@ -303,6 +393,10 @@ def _call_row(key: str, n: int, call: ToolCall, arguments: Any, result: Any, mas
         call.step,
         call.id,
     )
+    taken = _row_size(row)
+    budget.spend(taken)
+    kept_bytes = bounds.size(recorded_arguments) + bounds.size(output) + bounds.size(error)
+    return (*row, taken, max(original - kept_bytes, 0))
 
 
 _ENCODER = json.JSONEncoder(default=str, ensure_ascii=False)

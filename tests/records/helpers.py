@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import secrets
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+from pydantic import BaseModel
+
+from ors_server import Environment, TextBlock, ToolOutput, tool
+from ors_server.records.db import Batch, Database
 
 WAIT = 10.0
 
@@ -35,3 +42,69 @@ def episode(client: httpx.Client, episode_id: str, check: Callable[[dict], bool]
 
 def ended(client: httpx.Client, episode_id: str, **kw: Any) -> dict:
     return episode(client, episode_id, lambda e: e["status"] == "ended", **kw)
+
+
+class SayInput(BaseModel):
+    text: str = "x"
+    times: int = 1
+
+
+class Speaker(Environment):
+    """`say` answers `text` repeated `times` times (reward 0.1): outputs of any size, from a small request."""
+
+    name = "speaker"
+
+    @classmethod
+    def list_splits(cls) -> list[str]:
+        return ["train"]
+
+    @classmethod
+    def list_tasks(cls, split: str) -> list[dict]:
+        return [{}]
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text="say something")]
+
+    @tool
+    def say(self, params: SayInput) -> ToolOutput:
+        """Say `text`, `times` times."""
+        return ToolOutput(blocks=[TextBlock(text=params.text * params.times)], reward=0.1)
+
+
+def say(client: httpx.Client, sid: str, text: str, times: int) -> None:
+    body = {"name": "say", "input": {"text": text, "times": times}}
+    with client.stream("POST", "/speaker/call", headers={"X-Session-ID": sid}, json=body) as response:
+        assert response.status_code == 200
+        for _ in response.iter_bytes():
+            pass  # the answer repeats the text: read and let go
+
+
+def create(client: httpx.Client, sid: str) -> None:
+    response = client.post("/create", headers={"X-Session-ID": sid}, json={"env_name": "speaker", "task_spec": {}})
+    assert response.status_code == 200, response.text
+
+
+def stored_bytes(path: str, where: str = "1 = 1") -> int:
+    """The UTF-8 bytes of the text the records file holds (calls' arguments, outputs and errors; tasks, prompts)."""
+    with sqlite3.connect(path) as db:
+        calls = db.execute(
+            "SELECT COALESCE(SUM(length(CAST(arguments AS BLOB)) + COALESCE(length(CAST(output AS BLOB)), 0)"
+            f" + COALESCE(length(CAST(error AS BLOB)), 0)), 0) FROM ors_calls WHERE {where}"
+        ).fetchone()[0]
+        episodes = db.execute(
+            "SELECT COALESCE(SUM(length(CAST(task AS BLOB)) + COALESCE(length(CAST(prompt AS BLOB)), 0)), 0)"
+            f" FROM ors_episodes WHERE {where.replace('episode', 'key')}"
+        ).fetchone()[0]
+    return int(calls) + int(episodes)
+
+
+def fill(database: Database, key: str, calls: int, size: int) -> None:
+    """An ended episode of `calls` calls of `size` bytes each (random hex: it does not compress), written as the
+    recorder writes them."""
+    batch = Batch.empty()
+    batch.episodes.append((key, key, key, 0, "speaker", "ors", "{}", "{}", 1.0, "o", calls * size, 0))
+    for n in range(calls):
+        text = json.dumps({"blocks": [{"type": "text", "text": secrets.token_hex(size // 2)}]})
+        batch.calls.append((key, n, "ors", "say", "{}", 1, text, None, None, 1.0, 1.0, None, f"{key}-{n}", size, 0))
+    batch.ends.append((key, 2.0, "deleted"))
+    database.write(batch)

@@ -18,7 +18,7 @@ def test_the_database_its_wal_and_shm_are_created_readable_by_their_owner_only(t
         database = Database(str(path))
         try:
             batch = Batch.empty()
-            batch.episodes.append(("k", "k", "k", 0, "math", "ors", "{}", "{}", 1.0, "o", 10))
+            batch.episodes.append(("k", "k", "k", 0, "math", "ors", "{}", "{}", 1.0, "o", 10, 0))
             database.write(batch)
             files = sorted(tmp_path.iterdir())
             assert [f.name for f in files] == [path.name, f"{path.name}-shm", f"{path.name}-wal"]

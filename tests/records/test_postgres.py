@@ -19,7 +19,7 @@ from ors_server.http.app import create_app
 from ors_server.records.db import SCHEMA_VERSION, Database
 from ors_server.settings import Settings
 from tests.faces.mcp_helpers import Counter
-from tests.records.helpers import ended, episode
+from tests.records.helpers import ended, episode, fill
 from tests.serving import free_port, serve
 
 pytest.importorskip("psycopg", reason="the PostgreSQL records need psycopg: pip install 'ors-server[postgres]'")
@@ -125,5 +125,28 @@ def test_postgres_schema_is_migrated_once(postgres: str) -> None:
     database = Database(postgres)
     try:
         assert database.version() == SCHEMA_VERSION
+    finally:
+        database.close()
+
+
+def test_postgres_pages_calls_and_gives_the_space_of_forgotten_episodes_back(postgres: str) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE reclaimed")
+    database = Database(postgres.replace("/postgres?", "/reclaimed?"))
+    try:
+        fill(database, "pg-big", calls=20, size=200_000)
+        page = database.call_page("pg-big", -1, 1000, 1_000_000)
+        assert [row["n"] for row in page.rows] == [0, 1, 2, 3, 4] and page.more
+
+        def table_bytes() -> int:
+            return int(database.rows("SELECT pg_table_size('ors_calls') AS size")[0]["size"])
+
+        assert table_bytes() > 3_000_000
+        assert database.prune(keep_days=None, max_bytes=100_000) == 1
+        database.reclaim()
+        # Before, nothing gave the space back: the table kept its 4 MB.
+        assert table_bytes() < 500_000, table_bytes()
     finally:
         database.close()

@@ -216,7 +216,7 @@ def test_episodes_are_listed_newest_first_filtered_and_paged(client: httpx.Clien
     summary = listed(**{"label.run": "paged", "limit": 1})["episodes"][0]
     assert set(summary) == {
         "id", "session_id", "env", "status", "face", "labels", "started_at", "ended_at", "end_reason", "steps",
-        "reward", "finished",
+        "reward", "finished", "truncated_bytes",
     }  # fmt: skip
     since = live[-1]["started_at"]
     assert [e["id"] for e in listed(**{"label.run": "paged", "since": since})["episodes"]][-1] == "paged-0"

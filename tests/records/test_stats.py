@@ -148,7 +148,7 @@ def test_a_span_past_the_bound_of_buckets_is_refused(tmp_path: Path) -> None:
     try:
         batch = Batch.empty()
         for n, started in enumerate((0.0, 10_000.0)):
-            batch.episodes.append((f"k{n}", f"e{n}", "s", 0, "math", "ors", "{}", "{}", started, "o", 0))
+            batch.episodes.append((f"k{n}", f"e{n}", "s", 0, "math", "ors", "{}", "{}", started, "o", 0, 0))
         database.write(batch)
         with pytest.raises(ValueError, match="more than 1000 buckets"):
             database.stats(None, bucket=1)

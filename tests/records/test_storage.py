@@ -57,7 +57,7 @@ def test_a_file_of_a_newer_version_is_refused_saying_so(tmp_path: Path) -> None:
 
 def _episode(key: str, started_at: float, size: int) -> Batch:
     batch = Batch.empty()
-    batch.episodes.append((key, key, key, 0, "math", "ors", "{}", "{}", started_at, "o", size))
+    batch.episodes.append((key, key, key, 0, "math", "ors", "{}", "{}", started_at, "o", size, 0))
     batch.ends.append((key, started_at + 1, "deleted"))
     return batch
 
@@ -69,7 +69,7 @@ def test_retention_forgets_old_episodes_and_the_oldest_past_the_size_bound(tmp_p
         for key, age_days, size in (("ancient", 10, 10), ("old", 3, 600), ("middle", 2, 600), ("new", 0, 600)):
             database.write(_episode(key, now - age_days * 86400, size))
         live = Batch.empty()
-        live.episodes.append(("live", "live", "live", 0, "math", "ors", "{}", "{}", now - 20 * 86400, "o", 5000))
+        live.episodes.append(("live", "live", "live", 0, "math", "ors", "{}", "{}", now - 20 * 86400, "o", 5000, 0))
         database.write(live)
         assert database.prune(keep_days=5, max_bytes=None) == 1
         assert database.prune(keep_days=None, max_bytes=6400) == 1  # live episodes are never forgotten

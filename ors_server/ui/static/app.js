@@ -298,6 +298,18 @@ function renderEpisode(episode) {
   $("#calls").replaceChildren(...calls.map(callItem));
 }
 
+// An episode's calls come a page at a time (`calls_next` names the next page): read them all.
+async function readEpisode(path) {
+  const episode = await apiJson(path);
+  let next = episode.calls_next;
+  while (next !== null && next !== undefined) {
+    const page = await apiJson(`${path}?calls_cursor=${encodeURIComponent(next)}`);
+    episode.calls.push(...page.calls);
+    next = page.calls_next;
+  }
+  return episode;
+}
+
 async function episodePage() {
   const id = new URLSearchParams(location.search).get("id") || "";
   if (!id) {
@@ -321,7 +333,7 @@ async function episodePage() {
       let episode;
       do {
         again = false;
-        episode = await apiJson(path);
+        episode = await readEpisode(path);
         renderEpisode(episode);
       } while (again);
       notice("");
