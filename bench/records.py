@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ors_server.calls import ToolCall  # noqa: E402
 from ors_server.environments.math import Math  # noqa: E402
+from ors_server.records.bounds import Budget  # noqa: E402
 from ors_server.records.db import Database  # noqa: E402
 from ors_server.records.recorder import _batch, _Open  # noqa: E402
 from ors_server.sessions import Session  # noqa: E402
@@ -51,7 +52,7 @@ def one_round(n: int, directory: str) -> tuple[float, float]:
     # Off the call path: rows built (JSON, masking) and written, a batch at a time.
     started = time.process_time()
     for first in range(0, len(queue), BATCH):
-        database.write(_batch(queue[first : first + BATCH], "owner"))
+        database.write(_batch(queue[first : first + BATCH], "owner", Budget(4 * 1024 * 1024)))
     writer = (time.process_time() - started) / n * 1e6
     database.close()
     return observer, writer
