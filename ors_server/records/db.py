@@ -509,16 +509,6 @@ class Database:
         )
         return CallPage(rows, int(sizes[-1]["n"]) > last)
 
-    def iter_calls(self, key: str, max_bytes: int) -> Iterator[dict[str, Any]]:
-        """Every call of an episode, read a page of at most about `max_bytes` at a time."""
-        after = -1
-        while True:
-            page = self.call_page(key, after, MARKS_PER_QUERY, max_bytes)
-            yield from page.rows
-            if not page.more:
-                return
-            after = page.rows[-1]["n"]
-
 
 @dataclass
 class CallPage:
