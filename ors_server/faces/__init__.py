@@ -11,7 +11,11 @@ module has one function, `face(core: Core) -> Face`, that builds it and declares
   The headers of an error (`OrsError.headers`: `Retry-After`, `WWW-Authenticate`) are the face's to send too;
 - `lifespan` (optional): an async context manager run for the life of the app, inside the session store's
   (for a task group, a session manager, connections to close at shutdown);
-- `state` (optional): objects other parts of the app look up on `app.state` by name.
+- `state` (optional): objects other parts of the app look up on `app.state` by name;
+- `names_session` (optional): how the face's requests name their session (`Naming`: the key, whether the request
+  may create it, a reply header that names it too), read from the request's headers, path and body before any
+  handler runs. A scale-out front routes each request by it, so that every session's requests reach the worker
+  that holds it: a face that declares none is routed as naming no session.
 
 How to add a face
     1. Write `ors_server/faces/<name>.py` with `def face(core: Core) -> Face`. Its handlers read and change
@@ -19,8 +23,9 @@ How to add a face
        `initial_observation`, `discard`), call tools only through `core.calls` (`tools`, `start`, `call`,
        `find`, naming the face in `face=`), and raise `OrsError`s; they never build error responses inline.
     2. Add one line, `<name>.face`, to `FACES` in `ors_server/http/app.py`, and one, `<name>.shape`, to `SHAPES`:
-       `shape() -> Face` is the same name, routes and renderer with no core behind them (the routes' endpoints
-       may lead nowhere), which is all a scale-out front needs to refuse in the face's shape.
+       `shape() -> Face` is the same name, routes, renderer and session naming with no core behind them (the
+       routes' endpoints may lead nowhere), which is all a scale-out front needs to route the face's requests
+       and to refuse in its shape.
     That is all: the app runs the lifespan, and one table (`FaceTable`) learns which face a request belongs to
     from the faces' routes: the app routes the request among that face's routes (`FaceRouter`), and the Guard
     and Observe middleware render refusals in the face's shape and label metrics with its name.
@@ -70,6 +75,40 @@ ErrorRenderer = Callable[[OrsError], Response]
 
 
 @dataclass(frozen=True)
+class Naming:
+    """The session a request names, as a scale-out front must know it before any worker has seen the request."""
+
+    key: str | None = None
+    """The session's key (a store key or another name of it the workers resolve); None if the request names none."""
+    creates: bool = False
+    """Whether the request may start a session: under `key`, or (with no key) under one the worker makes."""
+    alias_header: bytes | None = None
+    """A header of the reply to a create that names the same session by another id, to route by as well."""
+
+
+SessionNamer = Callable[[Scope, "bytes | None"], Naming]
+"""A face's reading of the session a request names, from its scope and whole body (None for a WebSocket)."""
+
+
+def unnamed(scope: Scope, body: bytes | None) -> Naming:
+    """The naming of a face whose requests name no session (any worker answers them)."""
+    return Naming()
+
+
+def header_key(scope: Scope, *names: bytes) -> str | None:
+    """The session key the first of the headers `names` (lower case, in order of precedence) that the request has
+    gives, stripped; None if it has none of them, or the first it has is blank."""
+    found: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        if name in names:
+            found.setdefault(name, value)
+    for name in names:
+        if name in found:
+            return found[name].decode("latin-1").strip() or None
+    return None
+
+
+@dataclass(frozen=True)
 class Face:
     """One protocol face: its name, its routes and its one error renderer (see the module docstring)."""
 
@@ -78,6 +117,7 @@ class Face:
     render_error: ErrorRenderer
     lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None
     state: Mapping[str, Any] = field(default_factory=dict)
+    names_session: SessionNamer = unnamed
 
 
 SCOPE_KEY = "ors_server.face"
@@ -181,4 +221,15 @@ async def deny_websocket(scope: Scope, receive: Receive, send: Send, response: R
         await send({"type": "websocket.close", "code": 1008, "reason": "refused"})
 
 
-__all__ = ["Core", "ErrorRenderer", "Face", "FaceRouter", "FaceTable", "deny_websocket"]
+__all__ = [
+    "Core",
+    "ErrorRenderer",
+    "Face",
+    "FaceRouter",
+    "FaceTable",
+    "Naming",
+    "SessionNamer",
+    "deny_websocket",
+    "header_key",
+    "unnamed",
+]

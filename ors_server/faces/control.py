@@ -25,10 +25,11 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Scope
 
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionExpired, SessionNotFound
-from ors_server.faces import Core, Face, wirejson
+from ors_server.faces import Core, Face, Naming, header_key, wirejson
 from ors_server.faces.aliases import Aliases
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
@@ -176,10 +177,18 @@ def routes(face: ControlFace | None) -> list[BaseRoute]:
     ]
 
 
+def names_session(scope: Scope, body: bytes | None) -> Naming:
+    """A control-plane request names its session by `mcp-session-id` (Eval Protocol's id, or an MCP transport id
+    of it); `GET /control/initial_state` opens an unknown one."""
+    creates = scope["method"] == "GET" and scope["path"].rstrip("/").endswith("/initial_state")
+    return Naming(header_key(scope, HEADER.encode()), creates)
+
+
 def shape() -> Face:
-    """The face's routes and error renderer, without a face behind them (what a front needs to refuse)."""
-    return Face("control", routes(None), render_error)
+    """The face's routes, error renderer and session naming, without a face behind them (what a front needs)."""
+    return Face("control", routes(None), render_error, names_session=names_session)
 
 
 def face(core: Core) -> Face:
-    return Face("control", routes(ControlFace(core.registry, core.store, core.aliases)), render_error)
+    control = ControlFace(core.registry, core.store, core.aliases)
+    return Face("control", routes(control), render_error, names_session=names_session)

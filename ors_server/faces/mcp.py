@@ -96,6 +96,7 @@ from ors_server.errors import (
     Unavailable,
 )
 from ors_server.faces import Core, Face, wirejson
+from ors_server.faces.mcp_naming import names_session
 from ors_server.faces.mcp_plain_call import answer, negotiated_version, plain_call
 from ors_server.faces.tagging import public_id, tagged_transport
 from ors_server.ids import split, worker_tag
@@ -978,13 +979,13 @@ def routes(endpoint: ASGIApp) -> list[BaseRoute]:
 def shape() -> Face:
     """The face's routes and error renderer, without a face behind them (what a front needs to refuse): its
     routes lead nowhere, as a front never serves them."""
-    return Face("mcp", routes(Response(status_code=404)), render_error)
+    return Face("mcp", routes(Response(status_code=404)), render_error, names_session=names_session)
 
 
 def face(core: Core) -> Face:
     mcp = McpFace(core.registry, core.store, core.calls, core.settings)
     core.aliases.add(mcp.key_for)  # the control plane and a front's lookups accept transport ids
-    return Face("mcp", mcp.routes(), render_error, lifespan=mcp.run, state={"mcp": mcp})
+    return Face("mcp", mcp.routes(), render_error, lifespan=mcp.run, state={"mcp": mcp}, names_session=names_session)
 
 
 __all__ = ["McpFace", "face", "render", "render_error", "rpc_error"]

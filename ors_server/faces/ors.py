@@ -21,6 +21,7 @@ from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Scope
 
 from ors_server import ids
 from ors_server.calls import CallResult, Calls, ToolCall, ToolCrashed, ToolRejected
@@ -32,7 +33,7 @@ from ors_server.errors import (
     OrsError,
     Unavailable,
 )
-from ors_server.faces import Core, Face, sse, wirejson
+from ors_server.faces import Core, Face, Naming, header_key, sse, wirejson
 from ors_server.faces.openapi import Endpoint, openapi_document
 from ors_server.progress import ProgressFeed
 from ors_server.records.labels import HEADER as LABELS_HEADER
@@ -413,10 +414,17 @@ def routes(face: OrsFace | None) -> list[BaseRoute]:
     ]
 
 
+def names_session(scope: Scope, body: bytes | None) -> Naming:
+    """An ORS request names its session by `X-Session-ID`; `POST /create` starts the episode under it."""
+    creates = scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/create")
+    return Naming(header_key(scope, b"x-session-id"), creates)
+
+
 def shape() -> Face:
-    """The face's routes and error renderer, without a face behind them (what a front needs to refuse)."""
-    return Face("ors", routes(None), render_error)
+    """The face's routes, error renderer and session naming, without a face behind them (what a front needs)."""
+    return Face("ors", routes(None), render_error, names_session=names_session)
 
 
 def face(core: Core) -> Face:
-    return Face("ors", routes(OrsFace(core.registry, core.store, core.calls, core.settings)), render_error)
+    ors = OrsFace(core.registry, core.store, core.calls, core.settings)
+    return Face("ors", routes(ors), render_error, names_session=names_session)

@@ -1,7 +1,7 @@
 """A front's memory of where sessions live: session id -> the worker incarnation holding it, bounded.
 
-The front records an id when it places a new session (or an MCP `initialize` reply names a new transport
-id), and when a lookup finds it. It is a cache, never the truth: an id it has forgotten (evicted, or this
+The front records an id when it places a new session (and the other id its reply names it by, as its face
+declares), and when a lookup finds it. It is a cache, never the truth: an id it has forgotten (evicted, or this
 front was restarted) is looked up again from the workers. Bounded by `--front-directory-size` entries
 (`Settings.front_directory_size`; least recently used out first). An entry costs ~200 bytes (the id's
 string and the dict's node; the tag is shared with the worker), so the default 100,000 hold ~20 MB.

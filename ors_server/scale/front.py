@@ -31,15 +31,6 @@ from ors_server.http.lookup import KEY_HEADER, LOAD_HEADER, LOOKUP_PATH, parse_l
 from ors_server.ids import WorkerTag, split
 from ors_server.scale import metrics as merged
 from ors_server.scale.directory import DEFAULT_SIZE, Directory
-from ors_server.scale.keys import (
-    episode_key,
-    has_transport_id,
-    header_key,
-    is_create,
-    is_mcp_post,
-    read_initialize,
-    read_params_session,
-)
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable, probe
@@ -200,13 +191,14 @@ class Front:
                 reply.headers = [(n, v) for n, v in reply.headers if n != LOAD_HEADER]
                 return
 
-    def _record(self, key: str | None, worker: Worker, reply: Any, initialize: bool) -> None:
-        """After a session was created on `worker`: remember its id, and an MCP transport id it was given."""
+    def _record(self, key: str | None, worker: Worker, reply: Any, alias_header: bytes | None) -> None:
+        """After a session was created on `worker`: remember its id, and the other id its reply names it by (in
+        the face's `alias_header`: an MCP transport id)."""
         keys = [key] if key is not None else []
-        if initialize:
-            transport = next((v for n, v in reply.headers if n == b"mcp-session-id"), None)
-            if transport is not None:
-                keys.append(transport.decode("latin-1"))
+        if alias_header is not None:
+            alias = next((v for n, v in reply.headers if n == alias_header), None)
+            if alias is not None:
+                keys.append(alias.decode("latin-1"))
         for placed in keys:
             self.directory.put(placed, worker.tag)
             if self.on_placed is not None:
@@ -280,19 +272,9 @@ class Front:
             return await self.refusals.too_large(scope, self.max_body_bytes)(scope, receive, send)
         except _ClientGone:
             return
-        episode = episode_key(scope)  # an MCP episode URL binds every request on it to its session
-        key = episode or header_key(scope)
-        initialize = opens = False
-        if is_mcp_post(scope) and not has_transport_id(scope):
-            # An `initialize` creates or attaches to the session its episode URL (else `_extra.session_id`, else
-            # X-Session-ID) names; another JSON-RPC POST may name one in `params.session_id`, or create one
-            # (OpenEnv's `openenv/session/create`).
-            initialize, named = read_initialize(body)
-            if initialize:
-                key = episode or named or key
-            elif key is None:
-                opens, key = read_params_session(body)
-        creates = initialize or opens or is_create(scope)
+        # The request's face says which session it names and whether it may create one (`Face.names_session`).
+        naming = self.refusals.faces.of(scope).names_session(scope, body)
+        key, creates = naming.key, naming.creates
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
@@ -330,7 +312,7 @@ class Front:
                     tried.append(worker)
                     continue
                 if creates and reply.status < 400:
-                    self._record(key, worker, reply, initialize)
+                    self._record(key, worker, reply, naming.alias_header)
                 await self._relay(reply, receive, send)
                 self.outcomes[str(worker.tag.index), "ok"] += 1
                 return
@@ -399,9 +381,9 @@ class Front:
         refusal = self.checks.refusal(scope)
         if refusal is not None:
             return await refuse_websocket(scope, receive, send, refusal, self.refusals.response(scope, refusal))
-        key = header_key(scope)  # `?session_id=` attaches to a session; without it, the socket makes one
+        naming = self.refusals.faces.of(scope).names_session(scope, None)
         try:
-            worker, _ = await self._route(scope, key, key is None, [])
+            worker, _ = await self._route(scope, naming.key, naming.creates, [])
         except (Lost, Unavailable) as exc:
             await self._deny_ws(scope, send, 410 if isinstance(exc, Lost) else 503)
             return
@@ -410,7 +392,7 @@ class Front:
             return
         worker.in_flight += 1
         code: int | None = None
-        placing = key is None  # the socket makes a session: count it as one until the worker has it
+        placing = naming.creates  # the socket makes a session: count it as one until the worker has it
         worker.placing += placing
         try:
             try:
@@ -420,7 +402,7 @@ class Front:
                 return
             except (OSError, TimeoutError, websockets.InvalidHandshake):
                 self.unreachable(worker)
-                await self._deny_ws(scope, send, 410 if key else 503)
+                await self._deny_ws(scope, send, 410 if naming.key else 503)
                 return
             try:
                 worker.placing -= placing

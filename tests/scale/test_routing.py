@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ors_server.faces import Naming, control, ors
+from ors_server.faces import openenv as openenv_face
+from ors_server.faces.mcp_naming import names_session as mcp_names_session
+from ors_server.faces.mcp_naming import read_initialize
 from ors_server.ids import WorkerTag, mint, split
 from ors_server.scale import metrics
 from ors_server.scale.directory import Directory
-from ors_server.scale.keys import header_key, read_initialize
 from ors_server.scale.table import Address, State, Unavailable, Worker, WorkerTable
 from ors_server.settings import Settings
 
@@ -33,12 +37,51 @@ def test_a_minted_id_names_its_worker_and_a_look_alike_without_the_check_does_no
         Settings(worker_tag="worker one")
 
 
-def test_the_key_is_x_session_id_then_mcp_session_id_then_a_websockets_query():
-    assert header_key(http({"mcp-session-id": "m", "X-Session-ID": " x "})) == "x"
-    assert header_key(http({"mcp-session-id": "m"})) == "m"
-    assert header_key(http({}, "websocket", b"a=1&session_id=s")) == "s"
-    assert header_key(http({}, "http", b"session_id=s")) is None  # only a WebSocket's query names a session
-    assert header_key(http({"X-Session-ID": "  "})) is None
+def test_mcp_names_the_episode_url_then_x_session_id_then_the_transport_id():
+    assert mcp_names_session(http({"mcp-session-id": "m", "X-Session-ID": " x "}), None) == Naming("x")
+    assert mcp_names_session(http({"mcp-session-id": "m"}), None) == Naming("m")
+    assert mcp_names_session(http({"X-Session-ID": "  "}), None) == Naming(None)
+    episode = {**http({"X-Session-ID": "x"}), "path": "/frozen_lake/mcp/episodes/e-1"}
+    assert mcp_names_session(episode, None) == Naming("e-1")
+
+
+def test_an_mcp_initialize_creates_its_session_and_the_reply_names_it_by_its_transport_id_too():
+    body = json.dumps({"method": "initialize", "params": {"clientInfo": {"_extra": {"session_id": "row-9"}}}})
+    assert mcp_names_session(http({}), body.encode()) == Naming("row-9", True, b"mcp-session-id")
+    # With a transport id it is no initialize: the body is not read.
+    assert mcp_names_session(http({"mcp-session-id": "m"}), body.encode()) == Naming("m")
+
+
+def test_each_face_names_sessions_its_own_way():
+    assert ors.names_session({**http({"X-Session-ID": "s", "mcp-session-id": "m"}), "path": "/create"}, b"") == (
+        Naming("s", creates=True)
+    )
+    assert ors.names_session({**http({"mcp-session-id": "m"}), "path": "/math/call"}, b"") == Naming(None)
+    initial_state = {**http({"mcp-session-id": "row"}), "method": "GET", "path": "/control/initial_state"}
+    assert control.names_session(initial_state, None) == Naming("row", creates=True)
+    assert control.names_session({**initial_state, "path": "/control/reward"}, None) == Naming("row")
+    socket = {**http({}, "websocket", b"a=1&session_id=s"), "path": "/openenv/ws"}
+    assert openenv_face.names_session(socket, None) == Naming("s")
+    assert openenv_face.names_session({**socket, "query_string": b""}, None) == Naming(None, creates=True)
+    rpc = {**http({}), "path": "/openenv/frozen_lake/mcp"}
+    close = json.dumps({"method": "openenv/session/close", "params": {"session_id": "s"}}).encode()
+    assert openenv_face.names_session(rpc, close) == Naming("s")
+    create = json.dumps({"method": "openenv/session/create", "params": {}}).encode()
+    assert openenv_face.names_session(rpc, create) == Naming(None, creates=True)
+    assert openenv_face.names_session({**rpc, "path": "/openenv/step"}, close) == Naming(None)  # stateless
+
+
+def test_nothing_under_scale_spells_a_face_protocol():
+    # The front asks each request's face how it names its session (`Face.names_session`).
+    words = ["mcp-session-id", "x-session-id", "initialize", "_extra", "initial_state", "/create", "session_id"]
+    scale = Path(__file__).resolve().parents[2] / "ors_server" / "scale"
+    spelled = [
+        f"{path.name}: {word}"
+        for path in sorted(scale.glob("*.py"))
+        for word in words
+        if word in path.read_text(encoding="utf-8").lower()
+    ]
+    assert spelled == []
 
 
 def test_only_an_initialize_is_read_for_its_eval_protocol_session_id():

@@ -42,12 +42,15 @@ Errors
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import parse_qs
 
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
+from starlette.types import Scope
 
-from ors_server.faces import Core, Face
+from ors_server.faces import Core, Face, Naming
 from ors_server.faces.openenv.http import StatelessHttp
 from ors_server.faces.openenv.jsonrpc import JsonRpc
 from ors_server.faces.openenv.sessions import OpenEnvFace
@@ -86,14 +89,36 @@ _HTTP = [
 """The plain HTTP routes: path, the `StatelessHttp` method serving it, methods."""
 
 
+def names_session(scope: Scope, body: bytes | None) -> Naming:
+    """A socket names the session it attaches to by `?session_id=` (without one, it makes one); a JSON-RPC request
+    names one in `params.session_id` (`tools/call`, `openenv/session/close`, ...) or makes one
+    (`openenv/session/create`). The plain HTTP routes are stateless."""
+    if scope["type"] == "websocket":
+        found = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_id")
+        key = found[0].strip() or None if found else None
+        return Naming(key, creates=key is None)
+    if body is None or scope["method"] != "POST" or not scope["path"].rstrip("/").endswith("/mcp"):
+        return Naming()
+    try:
+        message: Any = json.loads(body)
+    except (ValueError, RecursionError):
+        return Naming()
+    if not isinstance(message, dict):
+        return Naming()
+    params = message.get("params")
+    key = params.get("session_id") if isinstance(params, dict) else None
+    named = (str(key).strip() or None) if key is not None else None
+    return Naming(named, creates=message.get("method") == "openenv/session/create")
+
+
 def shape() -> Face:
-    """The face's routes and error renderer, without a face behind them (what a front needs to refuse)."""
-    return Face("openenv", routes(None), render_error)
+    """The face's routes, error renderer and session naming, without a face behind them (what a front needs)."""
+    return Face("openenv", routes(None), render_error, names_session=names_session)
 
 
 def face(core: Core) -> Face:
     openenv = OpenEnvFace(core.registry, core.store, core.calls, core.settings)
-    return Face("openenv", routes(openenv), render_error, lifespan=openenv.run)
+    return Face("openenv", routes(openenv), render_error, lifespan=openenv.run, names_session=names_session)
 
 
 __all__ = ["OpenEnvFace", "face", "render_error", "shape"]
