@@ -13,12 +13,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ors_server.ids import WorkerTag
+
+UI_SECRET_VARIABLE = "ORS_UI_SECRET"
+"""How the /ui cookies' secret reaches the other processes of a deployment (`Settings.ui_secret`)."""
 
 Rule = Literal["positive", "at_least_1", "positive_or_none", "at_least_1_or_none", "not_negative", "any"]
 
@@ -34,11 +38,12 @@ def setting(
     shown: str | None = None,
     parse: Callable[[str], Any] | None = None,
     secret: bool = False,
+    factory: Callable[[], Any] | None = None,
 ) -> Any:
     """A Settings field. `help` makes it a `serve` flag (`--` and the field's name with dashes, unless `flag`
     names it), `shown` is its default as the docs and help say it when the value itself says nothing
     (`$ORS_API_KEY`), `parse` reads the flag's text when the field's type cannot, `secret` keeps the field out
-    of repr and of `to_json`."""
+    of repr and of `to_json`; `factory` makes the default of each new Settings (then `default` is unused)."""
     metadata = {
         "help": help,
         "rule": rule,
@@ -49,6 +54,9 @@ def setting(
         "parse": parse,
         "secret": secret,
     }
+    if factory is not None:
+        # Left out of ==: two Settings built alike are equal, whatever each made up (a random secret).
+        return field(default_factory=factory, repr=not secret, compare=False, metadata=metadata)
     return field(default=default, repr=not secret, metadata=metadata)
 
 
@@ -191,6 +199,21 @@ class Network:
     )
     """A file holding the key (its first line; surrounding whitespace ignored), read when the settings are built
     (`from_env`); not sent to other processes of a deployment, which get the key itself in their environment."""
+    key_failures_per_minute: int = setting(
+        20,
+        "failed API key checks one client address may make per minute (a burst of as many); past it 429",
+        rule="at_least_1",
+        metavar="N",
+    )
+    """Wrong keys, tokens, cookies or login forms one client address may send a minute; past it every request of
+    that address is refused with 429 and `Retry-After` until its budget has come back
+    (`ors_server.http.key_throttle`)."""
+    ui_login_seconds: float = setting(
+        12 * 3600.0, "seconds a /ui login (its cookie) is valid", rule="positive", metavar="S"
+    )
+    ui_secret: str = setting(None, secret=True, factory=lambda: secrets.token_hex(32))
+    """What the /ui cookies are signed with besides the key: new at each start of a deployment (so a restart revokes
+    every cookie) and shared by its processes, in their environment (`ORS_UI_SECRET`) as the key is."""
     allowed_hosts: tuple[str, ...] = setting(
         (),
         "a Host header to accept besides loopback and --host (name:port, name, or name:*); repeat for more",
@@ -443,7 +466,7 @@ class Settings(Scale, Records, Sandbox, Network, Pools, Limits):
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
         """Settings from keyword overrides, with the API key from `api_key_file` or else `ORS_API_KEY` when not
-        given."""
+        given, and the /ui cookies' secret from `ORS_UI_SECRET` (the deployment's) or else a new one."""
         key_file = overrides.get("api_key_file")
         if key_file is not None:
             if overrides.get("api_key") is not None:
@@ -451,6 +474,10 @@ class Settings(Scale, Records, Sandbox, Network, Pools, Limits):
             overrides["api_key"] = read_key_file(str(key_file))
         if overrides.get("api_key") is None and os.environ.get("ORS_API_KEY"):
             overrides["api_key"] = os.environ["ORS_API_KEY"]
+        if overrides.get("ui_secret") is None:
+            overrides.pop("ui_secret", None)  # a new one, unless the deployment's is in the environment
+            if os.environ.get(UI_SECRET_VARIABLE):
+                overrides["ui_secret"] = os.environ[UI_SECRET_VARIABLE]
         if overrides.get("codeact_sandbox") is None and os.environ.get("ORS_CODEACT_SANDBOX"):
             overrides["codeact_sandbox"] = os.environ["ORS_CODEACT_SANDBOX"].strip().lower()
         return cls(**overrides)  # type: ignore[arg-type]

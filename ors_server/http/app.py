@@ -19,8 +19,7 @@ from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
 from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, episodes, mcp, openenv, ors
-from ors_server.http.guards import Guard
-from ors_server.http.hosts import AllowedHosts
+from ors_server.http.guards import Guard, HeaderChecks
 from ors_server.http.lookup import WorkerSide
 from ors_server.http.observability import Metrics, Observe
 from ors_server.records.reading import Reader
@@ -90,16 +89,12 @@ def create_app(
                 if reader is not None:
                     await reader.close()  # ends the event streams of live episodes
 
+    # Behind a front, the front counts failed key checks: a worker sees only the front's address.
+    checks = HeaderChecks.from_settings(settings, throttled=settings.worker_tag is None)
     routes = [FaceRouter(faces_table, extra=[Route("/metrics", metrics.endpoint)])]
     middleware = [
         Middleware(Observe, metrics=metrics, faces=faces_table),
-        Middleware(
-            Guard,
-            faces=faces_table,
-            hosts=AllowedHosts(settings),
-            api_key=settings.api_key,
-            max_body_bytes=settings.max_body_bytes,
-        ),
+        Middleware(Guard, faces=faces_table, checks=checks, max_body_bytes=settings.max_body_bytes),
     ]
     if settings.worker_tag is not None:
         # Behind a front: answer its lookups and report this worker's load on every reply (`ors_server.http.lookup`).
@@ -112,6 +107,7 @@ def create_app(
     app.state.calls = calls
     app.state.aliases = core.aliases
     app.state.faces = faces_table
+    app.state.key_checks = checks  # the login form issues cookies and counts wrong keys with them
     for face in faces_table.faces:
         for name, value in face.state.items():
             setattr(app.state, name, value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import re
+import secrets
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -16,6 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ors_server.errors import Refused
 from ors_server.faces import FaceTable, deny_websocket
 from ors_server.http.hosts import AllowedHosts
+from ors_server.http.key_throttle import KeyThrottle, client_address
+from ors_server.settings import Settings
 from ors_server.ui import auth
 
 OPEN_PATHS = {"/health"}
@@ -44,13 +47,33 @@ class HeaderChecks:
     (`ors_server.ui.auth.keyless`), but are still held to the Host/Origin checks.
 
     The key is accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>` (what the `openreward`
-    client sends), or as the web page's cookie (`ors_server.ui.auth`), compared in constant time.
+    client sends), or as the web page's cookie (`ors_server.ui.auth`), compared in constant time. With a
+    `throttle`, failed key checks are counted per client address and an address past its budget gets 429
+    (`ors_server.http.key_throttle`).
     """
 
-    def __init__(self, hosts: AllowedHosts, api_key: str | None) -> None:
+    def __init__(
+        self,
+        hosts: AllowedHosts,
+        api_key: str | None,
+        cookies: auth.Cookies | None = None,
+        throttle: KeyThrottle | None = None,
+    ) -> None:
         self.hosts = hosts
         self.api_key = api_key.encode() if api_key else None
-        self.cookie_token = auth.cookie_token(self.api_key) if self.api_key else None
+        if cookies is None and self.api_key is not None:
+            cookies = auth.Cookies(self.api_key, secrets.token_bytes(32), auth.DEFAULT_LIFETIME)
+        self.cookies = cookies
+        self.throttle = throttle
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, throttled: bool = True) -> HeaderChecks:
+        """The checks `settings` ask for; `throttled=False` for a worker behind a front (it sees only the front's
+        address: the front counts the failures)."""
+        key = settings.api_key
+        cookies = auth.Cookies(key.encode(), settings.ui_secret.encode(), settings.ui_login_seconds) if key else None
+        throttle = KeyThrottle(settings.key_failures_per_minute) if key and throttled else None
+        return cls(AllowedHosts(settings), key, cookies, throttle)
 
     def refusal(self, scope: Scope) -> Refused | None:
         """Why this request is refused on its headers, or None."""
@@ -67,11 +90,32 @@ class HeaderChecks:
         stranger = self._stranger(headers)
         if stranger is not None:
             return stranger
-        if self.api_key is not None and not self._authorized(headers):
-            if scope["type"] == "http" and auth.keyless(scope["path"]):
-                return None
-            return Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
-        return None
+        if self.api_key is None:
+            return None
+        if self.throttle is not None:
+            wait = self.throttle.retry_after(client_address(scope))
+            if wait:
+                message = f"too many wrong API keys from this address: try again in {wait} s"
+                return Refused(429, message, {"Retry-After": str(wait)})
+        authorized, offered = self._authorized(headers)
+        if authorized or (scope["type"] == "http" and auth.keyless(scope["path"])):
+            return None
+        if offered:
+            self.failed(scope)
+        return Refused(401, "missing or wrong API key", {"WWW-Authenticate": "Bearer"})
+
+    def failed(self, scope: Scope) -> None:
+        """Count a failed key check of the request's client (a wrong key in the login form counts too)."""
+        if self.throttle is not None:
+            self.throttle.failed(client_address(scope))
+
+    def issue_cookie(self) -> str:
+        assert self.cookies is not None
+        return self.cookies.issue()
+
+    def revoke_cookie(self, token: bytes) -> None:
+        if self.cookies is not None:
+            self.cookies.revoke(token)
 
     def _stranger(self, headers: dict[bytes, bytes]) -> Refused | None:
         """The refusal for a request from outside the allowed hosts, as the MCP SDK answers it; else None."""
@@ -83,27 +127,27 @@ class HeaderChecks:
             return Refused(403, "Invalid Origin header")
         return None
 
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
-        assert self.api_key is not None and self.cookie_token is not None
+    def _authorized(self, headers: dict[bytes, bytes]) -> tuple[bool, bool]:
+        """Whether the request carries the key (or a valid cookie), and whether it offered any key at all."""
+        assert self.api_key is not None and self.cookies is not None
         bearer = headers.get(b"authorization", b"")
-        offered = [(headers.get(b"x-api-key", b""), self.api_key)]
+        keys = [headers.get(b"x-api-key", b"")]
         if bearer[:7].lower() == b"bearer ":
-            offered.append((bearer[7:].strip(), self.api_key))
-        offered.append((auth.cookie_from(headers.get(b"cookie", b"")), self.cookie_token))
-        # Compare every candidate so timing does not reveal which header was checked.
-        matches = [hmac.compare_digest(candidate, expected) for candidate, expected in offered]
-        return any(matches)
+            keys.append(bearer[7:].strip())
+        cookie = auth.cookie_from(headers.get(b"cookie", b""))
+        # Check every candidate so timing does not reveal which header was checked.
+        matches = [hmac.compare_digest(candidate, self.api_key) for candidate in keys]
+        matches.append(self.cookies.expiry(cookie) is not None)
+        return any(matches), any(keys) or bool(cookie)
 
 
 class Guard:
     """The `HeaderChecks` on every request, WebSockets included, then the body size limit."""
 
-    def __init__(
-        self, app: ASGIApp, faces: FaceTable, hosts: AllowedHosts, api_key: str | None, max_body_bytes: int
-    ) -> None:
+    def __init__(self, app: ASGIApp, faces: FaceTable, checks: HeaderChecks, max_body_bytes: int) -> None:
         self.app = app
         self.faces = faces
-        self.checks = HeaderChecks(hosts, api_key)
+        self.checks = checks
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

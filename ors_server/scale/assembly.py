@@ -11,7 +11,6 @@ from typing import Any
 import uvicorn
 
 from ors_server.http.guards import HeaderChecks
-from ors_server.http.hosts import AllowedHosts
 from ors_server.http.http_protocol import BoundedHttpToolsProtocol
 from ors_server.http.server import WS_PING_INTERVAL, WS_PING_TIMEOUT
 from ors_server.http.websocket_protocol import BoundedWebSocketProtocol
@@ -30,19 +29,21 @@ def build_front(
     on_unreachable: Callable[[Worker], None],
     name: str = "0",
     on_placed: Callable[[str, WorkerTag], None] | None = None,
+    on_revoked: Callable[[bytes], None] | None = None,
 ) -> Front:
     """A front routing to `table`'s workers, checking what a single server checks before anything is forwarded
     (Host, Origin, API key, body size), and refusing in each face's shape."""
     return Front(
         table,
         Refusals(),
-        checks=HeaderChecks(AllowedHosts(settings), settings.api_key),
+        checks=HeaderChecks.from_settings(settings),
         max_body_bytes=settings.max_body_bytes,
         directory_size=settings.front_directory_size,
         lifespan=lifespan,
         on_unreachable=on_unreachable,
         name=name,
         on_placed=on_placed,
+        on_revoked=on_revoked,
     )
 
 

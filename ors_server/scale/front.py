@@ -34,6 +34,7 @@ from ors_server.scale.directory import DEFAULT_SIZE, Directory
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable, probe
+from ors_server.ui import auth
 
 logger = logging.getLogger("ors_server.front")
 
@@ -74,10 +75,12 @@ class Front:
         name: str = "0",
         directory_size: int = DEFAULT_SIZE,
         on_placed: Callable[[str, WorkerTag], None] | None = None,
+        on_revoked: Callable[[bytes], None] | None = None,
     ) -> None:
         self.table = table
         self.directory = Directory(directory_size)
         self.on_placed = on_placed  # told of each session this front placed (`--fronts M`: the other fronts)
+        self.on_revoked = on_revoked  # told of each /ui cookie a logout through this front revoked (the same)
         self.name = name  # which front of the deployment this is (`--fronts M`: 0..M-1)
         self.refusals = refusals
         self.checks = checks
@@ -306,6 +309,8 @@ class Front:
                     bad = self.refusals.worker_failed(scope)
                     return await bad(scope, receive, send)
                 self._heard(worker, reply)
+                if reply.status == 401 or (scope["path"] == auth.LOGOUT_PATH and reply.status < 400):
+                    self._key_outcome(scope, reply.status)
                 if placing and reply.status == 503 and worker.full and self._others(worker, tried):
                     # Full since this front last heard from it: the session goes to another live worker.
                     reply.close()
@@ -321,6 +326,18 @@ class Front:
                 worker.placing -= placing
         self.outcomes["-", "unavailable"] += 1
         return await self.refusals.busy(scope)(scope, receive, send)
+
+    def _key_outcome(self, scope: Scope, status: int) -> None:
+        """What a worker's answer means for the key checks this front makes: a 401 is a failed check (a wrong key
+        in the login form), a logout revokes the page's cookie here and, through `on_revoked`, at the other fronts."""
+        if status == 401:
+            self.checks.failed(scope)
+            return
+        cookie = auth.cookie_from(dict(scope["headers"]).get(b"cookie", b""))
+        if cookie:
+            self.checks.revoke_cookie(cookie)
+            if self.on_revoked is not None:
+                self.on_revoked(cookie)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope["headers"]:

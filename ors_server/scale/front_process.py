@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 
 import uvicorn
 
+from ors_server.http.guards import HeaderChecks
 from ors_server.http.server import UvicornServer, configure_logging
 from ors_server.ids import WorkerTag
 from ors_server.scale.assembly import build_front, front_config
@@ -44,6 +45,7 @@ class SupervisedTable:
         self.server: uvicorn.Server | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.directory: Directory | None = None  # the front's, filled with the other fronts' placements
+        self.checks: HeaderChecks | None = None  # the front's, told of the other fronts' revoked /ui cookies
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[SupervisedTable]:
@@ -68,6 +70,10 @@ class SupervisedTable:
                 if self.directory is not None:
                     self.directory.put(key, WorkerTag.parse(tag))
                 continue
+            if "revoked" in message:
+                if self.checks is not None:
+                    self.checks.revoke_cookie(message["revoked"].encode())
+                continue
             self.table.apply(message["rows"])
         # The supervisor is done with this front (the deployment stops) or is gone: finish and exit.
         if self.server is not None:
@@ -76,6 +82,12 @@ class SupervisedTable:
     def unreachable(self, worker: Worker) -> None:
         if self.writer is not None and not self.writer.is_closing():
             self.writer.write(json.dumps({"unreachable": str(worker.tag)}).encode() + b"\n")
+
+    def revoked(self, cookie: bytes) -> None:
+        """Tell the other fronts (through the supervisor) of a /ui cookie a logout here revoked. Always sent, past
+        the relay buffer too: a revocation missed would leave a cookie valid at another front."""
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.write(json.dumps({"revoked": cookie.decode("latin-1")}).encode() + b"\n")
 
     def placed(self, key: str, tag: WorkerTag) -> None:
         """Tell the other fronts (through the supervisor) where this front placed a new session."""
@@ -97,8 +109,10 @@ def main() -> None:
         on_unreachable=supervised.unreachable,
         name=str(loaded["index"]),
         on_placed=supervised.placed,
+        on_revoked=supervised.revoked,
     )
     supervised.directory = front.directory
+    supervised.checks = front.checks
     server = supervised.server = UvicornServer(front_config(front, settings))
     server.run(sockets=[socket.socket(fileno=loaded["listen_fd"])])
 

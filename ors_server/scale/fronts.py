@@ -44,7 +44,7 @@ from ors_server.scale import front_process
 from ors_server.scale.children import wait_or_kill
 from ors_server.scale.local import RESTART_BACKOFF, LocalWorkers
 from ors_server.scale.table import WorkerTable
-from ors_server.settings import Settings
+from ors_server.settings import UI_SECRET_VARIABLE, Settings
 
 logger = logging.getLogger("ors_server.fronts")
 
@@ -113,6 +113,7 @@ class FrontGroup:
         env = {**os.environ, front_process.SPEC_VARIABLE: json.dumps(spec)}
         if self.settings.api_key:
             env["ORS_API_KEY"] = self.settings.api_key
+        env[UI_SECRET_VARIABLE] = self.settings.ui_secret  # so a /ui login at one process holds at every other
         try:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -139,17 +140,20 @@ class FrontGroup:
             if "placed" in report:
                 self._relay(index, line)
                 continue
+            if "revoked" in report:  # a /ui logout: every other front refuses that cookie too, whatever its backlog
+                self._relay(index, line, always=True)
+                continue
             tag = WorkerTag.parse(report["unreachable"])
             worker = self.table.slots[tag.index] if tag.index < self.table.size else None
             if worker is not None and worker.tag == tag and self.on_unreachable is not None:
                 self.on_unreachable(worker)
 
-    def _relay(self, sender: int, line: bytes) -> None:
+    def _relay(self, sender: int, line: bytes, always: bool = False) -> None:
         """Tell every other front where a session was placed, so that each knows it (and answers 410 for it once
         its worker is gone) without a lookup. A front that does not keep up misses some: it looks them up."""
         for index, channel in self.channels.items():
             if index != sender and not channel.is_closing():
-                if channel.transport.get_write_buffer_size() < front_process.RELAY_BUFFER:
+                if always or channel.transport.get_write_buffer_size() < front_process.RELAY_BUFFER:
                     channel.write(line)
 
     async def _watch(self, index: int, process: asyncio.subprocess.Process) -> None:

@@ -29,7 +29,7 @@ from ors_server.scale.assembly import build_front, front_config
 from ors_server.scale.children import wait_or_kill
 from ors_server.scale.table import Address, State, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable
-from ors_server.settings import Settings
+from ors_server.settings import UI_SECRET_VARIABLE, Settings
 
 logger = logging.getLogger("ors_server.workers")
 
@@ -81,6 +81,7 @@ class LocalWorkers:
         env = {**os.environ, worker_main.SPEC_VARIABLE: worker_main.spec(self.envs, self._settings(tag), uds)}
         if self.settings.api_key:
             env["ORS_API_KEY"] = self.settings.api_key
+        env[UI_SECRET_VARIABLE] = self.settings.ui_secret  # so a /ui login at one process holds at every other
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ors_server.scale.worker", env=env, stdin=asyncio.subprocess.DEVNULL
         )

@@ -104,12 +104,15 @@ async def login(request: Request) -> Response:
     api_key = request.app.state.settings.api_key
     if api_key is None:
         return RedirectResponse(target, 303, headers=HEADERS)
+    checks = request.app.state.key_checks
     if not hmac.compare_digest(offered, api_key.encode()):
+        checks.failed(request.scope)  # counted like a wrong key in a header (the Guard answers 429 past the budget)
         return login_page(401, "Wrong key.", back=target)
     response = RedirectResponse(target, 303, headers=HEADERS)
     response.set_cookie(
         auth.COOKIE,
-        auth.cookie_token(api_key.encode()).decode(),
+        checks.issue_cookie(),
+        max_age=int(request.app.state.settings.ui_login_seconds),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
@@ -119,6 +122,8 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    """Forget the cookie in the browser and revoke it on the server (a copy of it is refused from now on)."""
+    request.app.state.key_checks.revoke_cookie(auth.cookie_from(request.headers.get("cookie", "").encode("latin-1")))
     response = RedirectResponse(auth.LOGIN_PATH, 303, headers=HEADERS)
     response.delete_cookie(auth.COOKIE, path="/", httponly=True, samesite="strict")
     return response
@@ -149,7 +154,7 @@ def routes() -> list[BaseRoute]:
         Route("/ui/play", play_page, methods=["GET"]),
         Route(auth.LOGIN_PATH, login_form, methods=["GET"]),
         Route(auth.LOGIN_PATH, login, methods=["POST"]),
-        Route("/ui/logout", logout, methods=["POST"]),
+        Route(auth.LOGOUT_PATH, logout, methods=["POST"]),
         Route(auth.STATIC_PREFIX + "{name}", static, methods=["GET"]),
     ]
 
