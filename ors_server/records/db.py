@@ -385,7 +385,7 @@ class Database:
         if cursor is not None:
             where.append("(started_at < ? OR (started_at = ? AND key < ?))")
             params += [cursor[0], cursor[0], cursor[1]]
-        columns = EPISODE_COLUMNS + (", task, prompt" if full else "")
+        columns = EPISODE_COLUMNS + (", task, prompt" if full else ", task")
         rows = self.rows(
             f"SELECT {columns} FROM ors_episodes WHERE {' AND '.join(where)}"
             " ORDER BY started_at DESC, key DESC LIMIT ?",

@@ -85,8 +85,8 @@ class Filters:
 
 
 def summary(row: dict[str, Any]) -> dict[str, Any]:
-    """An episode as `GET /episodes` lists it."""
-    return {
+    """An episode as `GET /episodes` lists it (with its task when the row has it)."""
+    shown = {
         "id": row["id"],
         "session_id": row["session_id"],
         "env": row["env"],
@@ -101,6 +101,9 @@ def summary(row: dict[str, Any]) -> dict[str, Any]:
         "finished": bool(row["finished"]),
         "truncated_bytes": int(row["truncated"]),
     }
+    if "task" in row:
+        shown["task"] = loads(row["task"])
+    return shown
 
 
 def call_of(row: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ origin only; images from this origin or `data:`, for image blocks).
 The face holds no state: it is a table of routes, a login form that turns the API key into the page's cookie
 (`auth`), and an error renderer that answers a browser in HTML (a 401 is the login form itself).
 
-Paths are fixed (`/ui`, `/ui/episode`, `/ui/play`, `/ui/login`, `/ui/logout`, `/ui/static/...`) and none is one
-of the ORS face's `/{env}/...` endpoints, so an environment named `ui` is still served there.
+Paths are fixed (`/ui`, `/ui/runs`, `/ui/episode`, `/ui/play`, `/ui/login`, `/ui/logout`, `/ui/static/...`) and
+none is one of the ORS face's `/{env}/...` endpoints, so an environment named `ui` is still served there.
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ HEADERS = {
     "Referrer-Policy": "same-origin",  # not no-referrer: chromium then sends `Origin: null` on POSTs
     "Cache-Control": "no-store",
 }
-STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+STATIC_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 LOGIN_FORM_LIMIT = 8192
 """Bytes of a login form read at most (a key and a return path)."""
 _NEXT = re.compile(r"/ui(/[A-Za-z0-9_\-]*)?(\?[A-Za-z0-9_\-.~%=&:+]*)?")
@@ -57,16 +61,35 @@ def page_response(name: str, status: int = 200, headers: dict[str, str] | None =
     return Response(_asset("pages", name), status, {**HEADERS, **(headers or {})}, media_type="text/html")
 
 
+def _page(request: Request, name: str) -> Response:
+    """A page; on a server without a key, without its "Log out" (there is nothing to log out of)."""
+    if request.app.state.settings.api_key is not None:
+        return page_response(name)
+    return Response(_keyless_page(name), 200, HEADERS, media_type="text/html")
+
+
+@cache
+def _keyless_page(name: str) -> bytes:
+    return LOGOUT_FORM.sub(b"", _asset("pages", name))
+
+
+LOGOUT_FORM = re.compile(rb'<form class="logout"[^>]*>.*?</form>\n?', re.S)
+
+
 async def episodes_page(request: Request) -> Response:
-    return page_response("episodes.html")
+    return _page(request, "episodes.html")
+
+
+async def runs_page(request: Request) -> Response:
+    return _page(request, "runs.html")
 
 
 async def episode_page(request: Request) -> Response:
-    return page_response("episode.html")
+    return _page(request, "episode.html")
 
 
 async def play_page(request: Request) -> Response:
-    return page_response("play.html")
+    return _page(request, "play.html")
 
 
 async def static(request: Request) -> Response:
@@ -133,7 +156,8 @@ def error_page(status: int, message: str, headers: dict[str, str] | None = None)
     text = html.escape(f"{status}: {message}")
     body = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>ors-server</title>'
-        '<link rel="stylesheet" href="/ui/static/style.css"></head>'
+        '<link rel="stylesheet" href="/ui/static/style.css">'
+        '<link rel="icon" href="/ui/static/favicon.svg" type="image/svg+xml"></head>'
         f'<body><main><h1>ors-server</h1><p class="error">{text}</p><p><a href="/ui">Episodes</a></p></main>'
         "</body></html>"
     )
@@ -150,6 +174,7 @@ def render_error(exc: OrsError) -> Response:
 def routes() -> list[BaseRoute]:
     return [
         Route("/ui", episodes_page, methods=["GET"]),
+        Route("/ui/runs", runs_page, methods=["GET"]),
         Route("/ui/episode", episode_page, methods=["GET"]),
         Route("/ui/play", play_page, methods=["GET"]),
         Route(auth.LOGIN_PATH, login_form, methods=["GET"]),

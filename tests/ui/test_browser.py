@@ -182,8 +182,8 @@ def test_the_list_shows_a_finished_and_a_live_episode_and_new_ones_without_reloa
     page.wait_for_selector(f'#episodes tr[data-id="{live}"][data-status="live"]')
     row = page.locator(f'#episodes tr[data-id="{finished}"]')
     assert row.locator("td").nth(1).text_content() == "math"
-    assert row.locator("td").nth(7).text_content() == "1"
-    assert row.locator("td").nth(9).text_content() == "deleted"
+    assert row.locator("td").nth(8).text_content() == "1"  # the reward, after the task column
+    assert row.locator("td").nth(10).text_content() == "deleted"
 
     another = ors_episode(api, "echo", run, {"split": "test", "index": 0})
     page.wait_for_selector(f'#episodes tr[data-id="{another}"]')  # the list follows without a reload

@@ -15,7 +15,7 @@ from ors_server.ui import CSP, auth
 from tests.serving import serve
 
 KEY = "route-test-key-71c2"
-PAGES = ["/ui", "/ui/episode?id=x", "/ui/play"]
+PAGES = ["/ui", "/ui/runs", "/ui/episode?id=x", "/ui/play"]
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +106,21 @@ def test_static_files_need_no_key_and_only_the_packaged_ones_are_served(client: 
     assert client.get("/ui/static/../__init__.py").status_code == 401  # normalised to /ui/__init__.py: guarded
 
 
+def test_every_page_links_the_favicon_which_is_served_as_svg_without_the_key(client: httpx.Client) -> None:
+    for path in PAGES:
+        page = client.get(path, headers={"X-API-Key": KEY})
+        assert '<link rel="icon" href="/ui/static/favicon.svg" type="image/svg+xml">' in page.text, path
+        assert "Log out" in page.text  # a server with a key: the cookie can be dropped
+    icon = client.get("/ui/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.text.startswith("<svg") and icon.headers["content-security-policy"] == CSP
+
+
 def test_the_page_needs_no_login_on_a_server_without_a_key() -> None:
     with serve(create_app([Math], Settings())) as url, httpx.Client(base_url=url, timeout=30) as client:
+        for path in PAGES:
+            page = client.get(path)
+            assert page.status_code == 200 and "Log out" not in page.text and "/ui/logout" not in page.text, path
         assert client.get("/ui").status_code == 200
         assert client.get("/ui/login").status_code == 200
         assert client.post("/ui/login", data={"next": "/ui/play"}).headers["location"] == "/ui/play"

@@ -113,7 +113,7 @@ function renderBlocks(blocks) {
         box.append(el("p", { class: "muted" }, "(an image the page cannot show)"));
       }
     } else if (block && typeof block.text === "string") {
-      box.append(el("pre", { class: "block-text" }, block.text));
+      box.append(renderText(block.text));
     } else {
       box.append(el("pre", { class: "block-text" }, json(block)));
     }
@@ -121,9 +121,112 @@ function renderBlocks(blocks) {
   return box;
 }
 
+// Text as it is meant to be read: a JSON object as its fields (a field of several lines, such as FrozenLake's
+// `grid`, drawn as those lines), other JSON pretty-printed, anything else as it is (its newlines kept).
+function renderText(text) {
+  const value = parsedJson(text);
+  if (value === undefined) return el("pre", { class: "block-text" }, text);
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    return el("pre", { class: "block-json" }, json(value));
+  }
+  const fields = el("dl", { class: "block-fields" });
+  for (const [name, field] of Object.entries(value)) {
+    let shown;
+    if (typeof field === "string" && field.includes("\n")) shown = el("pre", { class: "drawn" }, field);
+    else if (typeof field === "string") shown = field;
+    else if (field !== null && typeof field === "object") shown = el("pre", {}, jsonShort(field));
+    else shown = String(field);
+    fields.append(el("dt", {}, name), el("dd", {}, shown));
+  }
+  return fields;
+}
+
+function parsedJson(text) {
+  const trimmed = text.trim();
+  if (!(trimmed.startsWith("{") || trimmed.startsWith("["))) return undefined;
+  try {
+    return JSON.parse(trimmed);
+  } catch (error) {
+    return undefined;
+  }
+}
+
+// What an episode's status reads as: a finished episode whose session is still open is "finished", not "live".
+function statusOf(episode) {
+  if (episode.status !== "live") return "ended";
+  return episode.finished ? "finished" : "live";
+}
+
+function fmtTask(task) {
+  if (task === null || task === undefined) return "";
+  const text = typeof task === "string" ? task : JSON.stringify(task);
+  return text.length > 60 ? `${text.slice(0, 59)}…` : text;
+}
+
+function fmtMean(value) {
+  return value === null || value === undefined ? "–" : Number(value).toFixed(3);
+}
+
+// Sortable tables: a click on a header with `data-sort` orders the rows by that field (again: the other way).
+// `rows` are [value record, row element] pairs; the order holds across refreshes.
+class SortedTable {
+  constructor(table, onChange) {
+    this.table = table;
+    this.field = null;
+    this.descending = false;
+    for (const th of table.querySelectorAll("th[data-sort]")) {
+      th.classList.add("sortable");
+      th.setAttribute("tabindex", "0");
+      const choose = () => {
+        this.descending = this.field === th.dataset.sort ? !this.descending : false;
+        this.field = th.dataset.sort;
+        for (const other of table.querySelectorAll("th[data-sort]")) other.removeAttribute("aria-sort");
+        th.setAttribute("aria-sort", this.descending ? "descending" : "ascending");
+        onChange();
+      };
+      th.addEventListener("click", choose);
+      th.addEventListener("keydown", (event) => {
+        if (event.key === "Enter") choose();
+      });
+    }
+  }
+
+  show(rows) {
+    if (this.field) {
+      const field = this.field;
+      const key = (record) => {
+        const value = record[field];
+        if (value === null || value === undefined) return "";
+        return typeof value === "object" ? JSON.stringify(value) : value;
+      };
+      rows = [...rows].sort(([a], [b]) => {
+        const x = key(a);
+        const y = key(b);
+        const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+        return this.descending ? -order : order;
+      });
+    }
+    this.table.querySelector("tbody").replaceChildren(...rows.map(([, row]) => row));
+  }
+}
+
+// The figures of a set of episodes (`/episodes/stats` without group_by): how many, mean reward, mean steps.
+function renderOverview(node, groups) {
+  const all = groups[0] || { episodes: 0, live: 0, finished: 0, mean_reward: null, mean_steps: null };
+  const facts = [
+    ["Episodes", all.episodes, "episodes"],
+    ["Live", all.live, "live"],
+    ["Finished", all.finished, "finished"],
+    ["Mean reward", fmtMean(all.mean_reward), "mean-reward"],
+    ["Mean steps", fmtMean(all.mean_steps), "mean-steps"],
+  ];
+  node.replaceChildren(...facts.flatMap(([name, value, id]) => [el("dt", {}, name), el("dd", { "data-figure": id }, value)]));
+}
+
 // The episodes list.
 
-function episodesQuery(form, cursor) {
+// The filters of a form (env, status, labels as "k=v,k2=v2") as query parameters of /episodes and its stats.
+function filterParams(form) {
   const params = new URLSearchParams();
   const data = new FormData(form);
   if (data.get("env")) params.set("env", data.get("env"));
@@ -132,6 +235,11 @@ function episodesQuery(form, cursor) {
     const [key, ...rest] = pair.split("=");
     if (key.trim() && rest.length) params.set(`label.${key.trim()}`, rest.join("=").trim());
   }
+  return params;
+}
+
+function episodesQuery(form, cursor) {
+  const params = filterParams(form);
   params.set("limit", String(PAGE_SIZE));
   if (cursor) params.set("cursor", cursor);
   return params;
@@ -139,12 +247,14 @@ function episodesQuery(form, cursor) {
 
 function episodeRow(episode) {
   const link = el("a", { href: `/ui/episode?id=${encodeURIComponent(episode.id)}` }, episode.id);
+  const status = statusOf(episode);
   return el(
     "tr",
     { "data-id": episode.id, "data-status": episode.status },
     el("td", {}, link),
     el("td", {}, episode.env),
-    el("td", {}, el("span", { class: `badge ${episode.status === "live" ? "live" : "ended"}` }, episode.status)),
+    el("td", { class: "task", title: episode.task === undefined ? "" : JSON.stringify(episode.task) }, fmtTask(episode.task)),
+    el("td", {}, el("span", { class: `badge ${status === "ended" ? "ended" : "live"}` }, status)),
     el("td", {}, episode.face),
     el("td", {}, fmtLabels(episode.labels)),
     el("td", { title: episode.started_at || "" }, fmtTime(episode.started_at)),
@@ -155,15 +265,28 @@ function episodeRow(episode) {
   );
 }
 
+// Fill a filters form from the page's URL (`/ui?env=math&labels=run=A`), as the form itself writes it.
+function formFromUrl(form, names) {
+  const params = new URLSearchParams(location.search);
+  for (const name of names) {
+    if (params.has(name) && form.elements[name]) form.elements[name].value = params.get(name);
+  }
+}
+
+function urlFromForm(form, path) {
+  const shown = new URLSearchParams();
+  for (const [name, value] of new FormData(form)) if (value) shown.set(name, value);
+  history.replaceState(null, "", `${path}${shown.toString() ? "?" + shown : ""}`);
+}
+
 async function episodesPage() {
   const form = $("#filters");
   const more = $("#more");
-  const params = new URLSearchParams(location.search);
-  for (const name of ["env", "status", "labels"]) {
-    if (params.has(name)) form.elements[name].value = params.get(name);
-  }
+  formFromUrl(form, ["env", "status", "labels"]);
   let pages = 1;
   let busy = false;
+  let episodes = [];
+  const table = new SortedTable($("#episodes"), () => table.show(episodes));
 
   async function refresh() {
     if (busy) return;
@@ -174,12 +297,15 @@ async function episodesPage() {
       let next = null;
       for (let page = 0; page < pages; page++) {
         const answer = await apiJson(`/episodes?${episodesQuery(form, cursor)}`);
-        rows.push(...answer.episodes.map(episodeRow));
+        rows.push(...answer.episodes.map((episode) => [{ ...episode, status: statusOf(episode) }, episodeRow(episode)]));
         next = answer.next;
         if (!next) break;
         cursor = next;
       }
-      $("#episodes tbody").replaceChildren(...rows);
+      const stats = await apiJson(`/episodes/stats?${filterParams(form)}`);
+      renderOverview($("#overview"), stats.groups);
+      episodes = rows;
+      table.show(episodes);
       more.hidden = !next;
       notice(rows.length ? "" : "No episodes match.");
     } catch (error) {
@@ -196,9 +322,7 @@ async function episodesPage() {
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    const shown = new URLSearchParams();
-    for (const [name, value] of new FormData(form)) if (value) shown.set(name, value);
-    history.replaceState(null, "", `/ui${shown.toString() ? "?" + shown : ""}`);
+    urlFromForm(form, "/ui");
     pages = 1;
     refresh();
   });
@@ -215,14 +339,133 @@ async function episodesPage() {
   await refresh();
 }
 
+// Runs: groups of episodes (by a label, `run` by default) side by side, and their mean reward over time.
+
+const SERIES = 8; // colours in the style sheet (.series-0 ... .series-7)
+const CHART_POINTS = 60; // about this many buckets across the episodes' span
+
+function groupRow(group, index) {
+  const name = group.key === null ? "(no label)" : group.key;
+  return el(
+    "tr",
+    { "data-key": name },
+    el("td", {}, el("span", { class: `swatch series-${index % SERIES}` }), " ", name),
+    el("td", { class: "num" }, group.episodes),
+    el("td", { class: "num" }, group.live),
+    el("td", { class: "num" }, group.finished),
+    el("td", { class: "num" }, fmtMean(group.mean_reward)),
+    el("td", { class: "num" }, fmtReward(group.min_reward)),
+    el("td", { class: "num" }, fmtReward(group.max_reward)),
+    el("td", { class: "num" }, fmtMean(group.mean_steps)),
+    el("td", { title: group.last_started_at || "" }, fmtTime(group.last_started_at)),
+  );
+}
+
+// One line per group: the mean reward of the episodes started in each bucket of time.
+function runsChart(groups, bucket) {
+  const width = 760;
+  const height = 220;
+  const pad = 34;
+  const points = groups.flatMap((g) => g.over_time.map((p) => [Date.parse(p.start), p.mean_reward]));
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "reward-plot runs-chart", role: "img", "aria-label": "mean reward over time, by group" });
+  if (!points.length) return el("p", { class: "muted" }, "No episodes yet.");
+  let [early, late] = [Math.min(...points.map((p) => p[0])), Math.max(...points.map((p) => p[0]))];
+  if (late === early) late = early + bucket * 1000;
+  let low = Math.min(0, ...points.map((p) => p[1]));
+  let high = Math.max(...points.map((p) => p[1]));
+  if (high === low) high = low + 1;
+  const x = (t) => pad + ((t - early) * (width - 2 * pad)) / (late - early);
+  const y = (v) => height - pad - ((v - low) * (height - 2 * pad)) / (high - low);
+  chart.append(
+    svg("line", { x1: pad, x2: width - pad, y1: y(low), y2: y(low), class: "axis" }),
+    svg("text", { x: 2, y: y(high) + 4, class: "tick" }, fmtReward(high)),
+    svg("text", { x: 2, y: y(low) + 4, class: "tick" }, fmtReward(low)),
+    svg("text", { x: pad, y: height - 8, class: "tick" }, new Date(early).toLocaleTimeString()),
+    svg("text", { x: width - pad, y: height - 8, class: "tick", "text-anchor": "end" }, new Date(late).toLocaleTimeString()),
+  );
+  groups.forEach((group, index) => {
+    const name = group.key === null ? "(no label)" : group.key;
+    const line = group.over_time.map((p) => `${x(Date.parse(p.start))},${y(p.mean_reward)}`).join(" ");
+    const series = svg("g", { class: `series series-${index % SERIES}`, "data-key": name });
+    series.append(svg("polyline", { points: line, class: "line" }));
+    for (const p of group.over_time) {
+      series.append(svg("circle", { cx: x(Date.parse(p.start)), cy: y(p.mean_reward), r: 3 }, svg("title", {}, `${name}, ${fmtTime(p.start)}: mean reward ${fmtMean(p.mean_reward)} over ${p.episodes} episodes`)));
+    }
+    chart.append(series);
+  });
+  const legend = el("p", { class: "legend muted" }, `each point: the mean reward of the episodes started in ${bucketText(bucket)}`);
+  return el("div", {}, chart, legend);
+}
+
+function bucketText(seconds) {
+  if (seconds % 86400 === 0) return `${seconds / 86400} d`;
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+  if (seconds % 60 === 0) return `${seconds / 60} min`;
+  return `${seconds} s`;
+}
+
+const BUCKETS = [1, 5, 10, 30, 60, 300, 600, 1800, 3600, 4 * 3600, 86400, 7 * 86400];
+
+async function runsPage() {
+  const form = $("#filters");
+  formFromUrl(form, ["by", "env", "status", "labels"]);
+  let busy = false;
+  let groups = [];
+  const table = new SortedTable($("#groups"), () => table.show(groups));
+
+  async function refresh() {
+    if (busy || !form.reportValidity()) return;
+    busy = true;
+    try {
+      const params = filterParams(form);
+      params.set("group_by", `label.${new FormData(form).get("by").trim()}`);
+      const overall = (await apiJson(`/episodes/stats?${filterParams(form)}`)).groups[0];
+      let bucket = 1;
+      if (overall) {
+        const span = (Date.parse(overall.last_started_at) - Date.parse(overall.first_started_at)) / 1000;
+        bucket = BUCKETS.find((b) => span / b <= CHART_POINTS) || BUCKETS[BUCKETS.length - 1];
+      }
+      params.set("bucket", String(bucket));
+      const answer = await apiJson(`/episodes/stats?${params}`);
+      groups = answer.groups.map((group, index) => [group, groupRow(group, index)]);
+      table.show(groups);
+      $("#chart").replaceChildren(runsChart(answer.groups, bucket));
+      notice(answer.groups.length ? "" : "No episodes match.");
+    } catch (error) {
+      if (error.status === 404) {
+        clearInterval(polling);
+        notice("This server keeps no episode records (--records off).", true);
+      } else {
+        notice(error.message, true);
+      }
+    } finally {
+      busy = false;
+    }
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    urlFromForm(form, "/ui/runs");
+    refresh();
+  });
+  apiJson("/list_environments")
+    .then((names) => $("#env-names").replaceChildren(...names.map((name) => el("option", { value: name }))))
+    .catch(() => {});
+  const polling = setInterval(() => {
+    if (!document.hidden) refresh();
+  }, POLL_MS);
+  await refresh();
+}
+
 // One episode.
 
-function rewardPlot(calls) {
+function rewardPlot(steps) {
   const width = 600;
   const height = 160;
   const pad = 28;
-  // The steps are the calls the environment accepted (a refused call changes nothing, as in the step count).
-  const rewards = calls
+  // The steps are the model's calls the environment accepted (a refused call changes nothing, as in the step
+  // count; the calls a CodeAct step's code made are in their step's reward).
+  const rewards = steps
     .filter((call) => call.ok && call.output)
     .map((call) => (typeof call.output.reward === "number" ? call.output.reward : 0));
   const totals = [];
@@ -249,26 +492,73 @@ function rewardPlot(calls) {
   return el("div", {}, plot, legend);
 }
 
-function callItem(call, index) {
-  const head = el(
+// The model's calls in order, each with the calls its CodeAct code made (they name their step's id; they are
+// recorded before it, as they end first). Calls of a step still running wait under a step of their own.
+function modelSteps(calls) {
+  const inner = new Map();
+  for (const call of calls) {
+    if (!call.step) continue;
+    if (!inner.has(call.step)) inner.set(call.step, []);
+    inner.get(call.step).push(call);
+  }
+  const steps = calls.filter((call) => !call.step).map((call) => ({ call, inner: (call.id && inner.get(call.id)) || [] }));
+  const known = new Set(steps.map(({ call }) => call.id));
+  for (const [step, made] of inner) {
+    if (!known.has(step)) steps.push({ call: null, step, inner: made });
+  }
+  return steps;
+}
+
+function labelled(name, ...content) {
+  return el("div", { class: "part" }, el("div", { class: "part-label" }, name), ...content);
+}
+
+function argumentsPart(call) {
+  const args = call.arguments ?? {};
+  if (call.tool === "execute_code" && typeof args.code === "string") {
+    return labelled("code", el("pre", { class: "code" }, el("code", {}, args.code)));
+  }
+  return labelled("arguments", el("pre", {}, jsonShort(args)));
+}
+
+function outcomePart(call) {
+  if (call.ok && call.output) {
+    return labelled(
+      "output",
+      renderBlocks(call.output.blocks),
+      el("p", { class: "call-result" }, `reward ${fmtReward(call.output.reward) || "none"} · finished ${call.output.finished ? "yes" : "no"}`),
+      call.output.metadata ? el("details", {}, el("summary", {}, "metadata"), el("pre", {}, json(call.output.metadata))) : null,
+    );
+  }
+  return labelled("error", el("pre", { class: "error" }, typeof call.error === "string" ? call.error : json(call.error)));
+}
+
+function callHead(call, number) {
+  return el(
     "div",
     { class: "call-head" },
-    el("strong", {}, `#${index + 1} ${call.tool}`),
+    el("strong", {}, `${number} ${call.tool}`),
     " ",
     el("span", { class: `badge ${call.ok ? "ok" : "failed"}` }, call.ok ? "ok" : call.reason || "error"),
     ` ${call.face || ""} · ${fmtTime(call.started_at)} · ${call.duration_ms ?? "?"} ms`,
-    call.step ? ` · inside step ${call.step}` : "",
   );
-  const item = el("li", { class: "call", "data-index": index }, head);
-  item.append(el("details", { open: true }, el("summary", {}, "arguments"), el("pre", {}, jsonShort(call.arguments ?? {}))));
-  if (call.ok && call.output) {
-    item.append(renderBlocks(call.output.blocks));
-    item.append(
-      el("p", { class: "call-result" }, `reward ${fmtReward(call.output.reward) || "none"} · finished ${call.output.finished ? "yes" : "no"}`),
-    );
-    if (call.output.metadata) item.append(el("details", {}, el("summary", {}, "metadata"), el("pre", {}, json(call.output.metadata))));
+}
+
+function stepItem({ call, inner }, index) {
+  const number = `#${index + 1}`;
+  const item = el("li", { class: "call", "data-index": index });
+  if (call) {
+    item.setAttribute("data-id", call.id || "");
+    item.append(callHead(call, number), argumentsPart(call), outcomePart(call));
   } else {
-    item.append(el("pre", { class: "error" }, typeof call.error === "string" ? call.error : json(call.error)));
+    item.append(el("div", { class: "call-head" }, el("strong", {}, `${number} execute_code`), " ", el("span", { class: "badge live" }, "running")));
+  }
+  if (inner.length) {
+    const list = el("ol", { class: "calls inner-calls" });
+    inner.forEach((made, j) => {
+      list.append(el("li", { class: "call inner", "data-id": made.id || "" }, callHead(made, `${number}.${j + 1}`), argumentsPart(made), outcomePart(made)));
+    });
+    item.append(el("details", { class: "inner", open: true }, el("summary", {}, `${inner.length} tool calls made by the code`), list));
   }
   return item;
 }
@@ -276,8 +566,9 @@ function callItem(call, index) {
 function renderEpisode(episode) {
   $("#episode-id").textContent = episode.id;
   const live = $("#live");
-  live.textContent = episode.status;
-  live.className = `badge ${episode.status === "live" ? "live" : "ended"}`;
+  const status = statusOf(episode);
+  live.textContent = status;
+  live.className = `badge ${status === "ended" ? "ended" : "live"}`;
   const facts = [
     ["Environment", episode.env],
     ["Session", episode.session_id],
@@ -293,9 +584,10 @@ function renderEpisode(episode) {
   $("#task").textContent = json(episode.task ?? null);
   const prompt = episode.prompt;
   $("#prompt").replaceChildren(Array.isArray(prompt) ? renderBlocks(prompt) : el("pre", {}, typeof prompt === "string" ? prompt : json(prompt)));
-  const calls = episode.calls || [];
-  $("#plot").replaceChildren(rewardPlot(calls));
-  $("#calls").replaceChildren(...calls.map(callItem));
+  const steps = modelSteps(episode.calls || []);
+  $("#plot").replaceChildren(rewardPlot(steps.filter(({ call }) => call).map(({ call }) => call)));
+  $("#calls").replaceChildren(...steps.map(stepItem));
+  $("#content").hidden = false;
 }
 
 // An episode's calls come a page at a time (`calls_next` names the next page): read them all.
@@ -313,6 +605,7 @@ async function readEpisode(path) {
 async function episodePage() {
   const id = new URLSearchParams(location.search).get("id") || "";
   if (!id) {
+    $("main h1").hidden = true;
     notice("No episode named: open one from the list.", true);
     return;
   }
@@ -352,6 +645,11 @@ async function episodePage() {
   for (let tries = 0; !episode && tries < 10 && lastError && lastError.status === 404; tries++) {
     await new Promise((resolve) => setTimeout(resolve, 500));
     episode = await load();
+  }
+  if (!episode && lastError && lastError.status === 404) {
+    $("main h1").hidden = true; // one message, not the headings of an episode that is not there
+    notice(`No episode ${id} is recorded here.`, true);
+    return;
   }
   if (!episode || episode.status !== "live") return;
   const events = new EventSource(`${path}/events`);
@@ -536,7 +834,7 @@ async function playPage() {
     try {
       const env = envSelect.value;
       const { sid } = await apiJson("/create_session", { method: "POST" });
-      session = { sid, env, tools: [], total: 0, ping: null, fields: [] };
+      session = { sid, env, tools: [], total: 0, ping: null, fields: [], calls: 0 };
       const created = await api("/create", {
         method: "POST",
         headers: { ...headers(), "Content-Type": "application/json", "X-Episode-Labels": "via=ui" },
@@ -588,20 +886,22 @@ async function playPage() {
         body: JSON.stringify({ name, input }),
       });
       const result = callResult(parseSse(text));
-      const item = el("li", { class: "call" }, el("div", { class: "call-head" }, el("strong", {}, name), " ", el("span", { class: `badge ${result.ok ? "ok" : "failed"}` }, result.ok ? "ok" : result.reason || "error")));
-      item.append(el("details", {}, el("summary", {}, "arguments"), el("pre", {}, jsonShort(input))));
+      // Numbered oldest first, as the episode's page numbers its steps.
+      session.calls += 1;
+      const item = el("li", { class: "call", "data-index": session.calls - 1 }, el("div", { class: "call-head" }, el("strong", {}, `#${session.calls} ${name}`), " ", el("span", { class: `badge ${result.ok ? "ok" : "failed"}` }, result.ok ? "ok" : result.reason || "error")));
+      item.append(argumentsPart({ tool: name, arguments: input }));
       if (result.ok) {
         const output = result.output || {};
-        item.append(renderBlocks(output.blocks));
-        item.append(el("p", { class: "call-result" }, `reward ${fmtReward(output.reward) || "none"} · finished ${output.finished ? "yes" : "no"}`));
+        item.append(labelled("output", renderBlocks(output.blocks), el("p", { class: "call-result" }, `reward ${fmtReward(output.reward) || "none"} · finished ${output.finished ? "yes" : "no"}`)));
         session.total += typeof output.reward === "number" ? output.reward : 0;
         $("#total").textContent = fmtReward(session.total);
         finished = Boolean(output.finished);
       } else {
-        item.append(el("pre", { class: "error" }, String(result.error)));
+        item.append(labelled("error", el("pre", { class: "error" }, String(result.error))));
         finished = result.reason === "episode_finished";
       }
-      $("#results").prepend(item);
+      $("#results").append(item);
+      item.scrollIntoView({ block: "nearest" });
       notice("");
     } catch (error) {
       notice(error.message, true);
@@ -647,7 +947,7 @@ function loginPage() {
   if (back.startsWith("/ui") && !back.startsWith("/ui/login")) $("#login").elements.next.value = back;
 }
 
-const PAGES = { episodes: episodesPage, episode: episodePage, play: playPage, login: loginPage };
+const PAGES = { episodes: episodesPage, runs: runsPage, episode: episodePage, play: playPage, login: loginPage };
 
 document.addEventListener("DOMContentLoaded", () => {
   const page = PAGES[document.body.dataset.page];
