@@ -216,8 +216,9 @@ def test_episodes_are_listed_newest_first_filtered_and_paged(client: httpx.Clien
     summary = listed(**{"label.run": "paged", "limit": 1})["episodes"][0]
     assert set(summary) == {
         "id", "session_id", "env", "status", "face", "labels", "started_at", "ended_at", "end_reason", "steps",
-        "reward", "finished", "truncated_bytes",
+        "reward", "finished", "truncated_bytes", "task",
     }  # fmt: skip
+    assert summary["task"] == {"start": 5}
     since = live[-1]["started_at"]
     assert [e["id"] for e in listed(**{"label.run": "paged", "since": since})["episodes"]][-1] == "paged-0"
     assert listed(**{"label.run": "paged", "until": since})["episodes"] == []
