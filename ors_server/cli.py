@@ -8,12 +8,13 @@ import dataclasses
 import os
 import socket
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ors_server.environment import Environment
-from ors_server.loading import LoadError, resolve_environments
+from ors_server.loading import LoadError, resolve_environments, spec_forms
 from ors_server.records.db import resolve as resolve_records
 from ors_server.registry import Registry
 from ors_server.settings import Flag, Settings, serve_flags
@@ -46,10 +47,18 @@ class _Help(argparse.HelpFormatter):
             text += " (default: %(default)s)"
         return text
 
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # Not at hyphens: `reasoning-gym:` and `--tool-timeout` stay whole, as a reader would search for them.
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
 
 def _argument(parser: Any, flag: Flag) -> None:
-    """Add one row of the flags table to `parser`."""
-    options: dict[str, Any] = {"default": flag.default, "help": flag.help, "dest": flag.field or "env"}
+    """Add one row of the flags table to `parser`, its help ending in the default as the flags table says it (a
+    default of None means something: `--tool-timeout`'s is no limit, `--records`' a file in the directory)."""
+    text = flag.help if flag.field is not None else f"serve this environment: {spec_forms()}; repeat for more"
+    if "default" not in text:
+        text += f" (default: {flag.shown_default.replace('`', '')})"
+    options: dict[str, Any] = {"default": flag.default, "help": text.replace("%", "%%"), "dest": flag.field or "env"}
     if flag.type is None:
         options["action"] = "store_true"
     else:
@@ -84,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = commands.add_parser(
-        "serve", help="serve environments over ORS, MCP and the control plane", description="Serve environments."
+        "serve",
+        help="serve environments over ORS, MCP, Eval Protocol's control plane and OpenEnv",
+        description="Serve environments over ORS, MCP, Eval Protocol's control plane and OpenEnv, on one port.",
     )
     groups: dict[str, Any] = {}
     for flag in serve_flags():
@@ -190,9 +201,12 @@ def _episodes(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    if args.command == "episodes":
+    if args.command in ("episodes", "envs"):
         try:
-            _episodes(args)
+            if args.command == "episodes":
+                _episodes(args)
+            else:
+                _envs(args)
             sys.stdout.flush()
         except BrokenPipeError:
             # The reader went away (`ors-server episodes list | head`): as a Unix tool, stop quietly. Standard
@@ -200,20 +214,28 @@ def main(argv: Sequence[str] | None = None) -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(1) from None
         return
-    environments = _load(args.env, getattr(args, "log_level", "info") == "debug")
-    if args.command == "envs":
-        for env_cls in environments:
-            splits = ", ".join(Split.of(s).name for s in env_cls.list_splits())
-            print(f"{env_cls.name}  (splits: {splits})")
-            doc = (env_cls.__dict__.get("__doc__") or "").strip()  # its own, not a base class's
-            if doc:
-                print(f"  {doc.splitlines()[0]}")
-            for spec in env_cls.tools.values():
-                first_line = spec.description.splitlines()[0] if spec.description else ""
-                print(f"    {spec.name}: {first_line}")
-            for server in env_cls.mcp_servers:
-                print(f"    {server.name}__*: the tools of MCP server '{server.name}' (listed when served)")
-        return
+    _serve(args)
+
+
+def _envs(args: argparse.Namespace) -> None:
+    """`ors-server envs`: each environment with its splits and tools."""
+    environments = _load(args.env, debug=False)
+    for env_cls in environments:
+        splits = ", ".join(Split.of(s).name for s in env_cls.list_splits())
+        print(f"{env_cls.name}  (splits: {splits})")
+        doc = (env_cls.__dict__.get("__doc__") or "").strip()  # its own, not a base class's
+        if doc:
+            print(f"  {doc.splitlines()[0]}")
+        for spec in env_cls.tools.values():
+            first_line = spec.description.splitlines()[0] if spec.description else ""
+            print(f"    {spec.name}: {first_line}")
+        for server in env_cls.mcp_servers:
+            print(f"    {server.name}__*: the tools of MCP server '{server.name}' (listed when served)")
+
+
+def _serve(args: argparse.Namespace) -> None:
+    """`ors-server serve`."""
+    environments = _load(args.env, args.log_level == "debug")
     from ors_server import internals
     from ors_server.http.server import Server
 

@@ -61,6 +61,16 @@ def resolve_environments(specs: Sequence[str], app_dir: str | None = None) -> li
 REASONING_GYM = "reasoning-gym:"
 
 
+def spec_forms() -> str:
+    """The forms an `--env` spec takes, as `serve --help` lists them (the hosted ones from `hosting.FRAMEWORKS`)."""
+    hosted = ", ".join(f"{prefix}:module:Class[@PYTHON]" for prefix in hosting.FRAMEWORKS)
+    return (
+        "a built-in name; module:Class (imported from the working directory); "
+        f"{REASONING_GYM}DATASETS[?OPTIONS] (reasoning-gym's datasets); "
+        f"{hosted} (in host processes, with that interpreter)"
+    )
+
+
 def reasoning_gym_environments(spec: str, app_dir: str | None = None) -> list[type[Environment]]:
     """`reasoning-gym:...`: the library's datasets (ors_server/environments/reasoning_gym.py has the grammar), imported
     only here, so a server without the extra starts as fast as ever."""

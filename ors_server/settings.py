@@ -1,10 +1,10 @@
 """Server settings: one frozen object, validated when it is built, grouped by concern.
 
-Each group is a dataclass of its own (`Limits`, `Pools`, `Network`, `Sandbox`, `Records`, `Scale`), documented here, and
-`Settings` is all of them (a field is read flat: `settings.max_sessions`). Every field is declared with
-`setting(...)`, which holds what the rest needs to know about it: its validation rule, and, for the fields that
-`ors-server serve` sets, the flag's help and metavar. `serve_flags()` turns that into one table (flag, field,
-type, default, help) from which the CLI builds its parser and against which a test checks the flags table of
+Each group is a dataclass of its own (`Limits`, `Pools`, `Hosts`, `Network`, `Sandbox`, `Records`, `Scale`),
+documented here, and `Settings` is all of them (a field is read flat: `settings.max_sessions`). Every field is
+declared with `setting(...)`, which holds what the rest needs to know about it: its validation rule, and, for the
+fields that `ors-server serve` sets, the flag's help and metavar. `serve_flags()` turns that into one table (flag,
+field, type, default, help) from which the CLI builds its parser and against which a test checks the flags table of
 docs/production.md.
 """
 
@@ -157,6 +157,13 @@ class Pools:
         16, "worker threads for setup, teardown, task_from_seed and prompt reads", rule="at_least_1", metavar="N"
     )
     """Worker threads for task_from_seed, construction, setup, teardown and prompt reads, apart from tool calls."""
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Host processes: where environments of other frameworks (`openreward:`, `openenv:`, `isolated:`) run, each
+    process holding several sessions, with a bound on how many there are and on what each may take."""
+
     host_sessions: int = setting(
         16, "sessions per host process of a hosted environment", rule="at_least_1", metavar="N"
     )
@@ -362,7 +369,7 @@ class Records:
         None,
         "where episode records go: a SQLite file, a postgresql:// URL, or off",
         metavar="PATH|URL|off",
-        shown="`ors-episodes.db` (or `$ORS_RECORDS`)",
+        shown="`$ORS_RECORDS`, else `./ors-episodes.db`",
     )
     """A SQLite file path, a `postgresql://` URL, or "off"; None: `$ORS_RECORDS`, else `ors-episodes.db` in the
     working directory."""
@@ -435,7 +442,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 # Field order is the reverse of this list (dataclasses collect fields from the last base first).
 @dataclass(frozen=True)
-class Settings(Scale, Records, Sandbox, Network, Pools, Limits):
+class Settings(Scale, Records, Sandbox, Network, Hosts, Pools, Limits):
     """Everything a server (or a deployment of several processes) is told, validated when it is built; error
     messages name the field and the rule."""
 
@@ -530,6 +537,7 @@ GROUPS: dict[type, str] = {
     Network: "network and security",
     Limits: "limits",
     Pools: "thread pools",
+    Hosts: "host processes (environments of other frameworks)",
     Sandbox: "CodeAct sandbox",
     Records: "episode records",
     Scale: "scale-out",

@@ -1,9 +1,16 @@
 """`ors-server envs` and the argument handling of `ors-server serve`."""
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
+from ors_server import hosting
 from ors_server.cli import main
 from ors_server.loading import resolve_environments
+from ors_server.records.db import Database
+from tests.clients.harness import server_command
+from tests.records.helpers import fill
 
 
 def test_envs_lists_every_builtin_environment_with_its_tools_and_splits(capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,9 +95,57 @@ def test_serve_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> No
     for shown in [
         "--port PORT port to listen on (default: 8000)",
         "--host HOST address to listen on (default: 127.0.0.1)",
-        "(default: 900.0)",  # --session-timeout
+        "(default: 900)",  # --session-timeout
         "(default: 10000)",  # --max-sessions
         "(default: info)",  # --log-level
     ]:
         assert shown in help_text
     assert "(default: None)" not in help_text and "(default: False)" not in help_text
+
+
+def _help(*args: str) -> str:
+    done = subprocess.run(
+        [*server_command(), *args, "--help"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 0, done.stderr
+    return " ".join(done.stdout.split())  # as one line: what the terminal's width wrapped, joined
+
+
+def test_serve_help_lists_every_form_of_env_the_defaults_that_are_none_and_every_face() -> None:
+    text = _help("serve")
+    for prefix in ["reasoning-gym:", *(f"{framework}:module:Class[@PYTHON]" for framework in hosting.FRAMEWORKS)]:
+        assert prefix in text
+    assert "module:Class (imported from the working directory)" in text
+    assert "--tool-timeout S seconds a tool call may run (default: none)" in text
+    assert "(default: $ORS_RECORDS, else ./ors-episodes.db)" in text
+    assert "ORS, MCP, Eval Protocol's control plane and OpenEnv" in text
+    assert "ORS, MCP, Eval Protocol's control plane and OpenEnv" in _help()
+
+
+def test_serve_help_files_the_host_process_flags_under_their_own_heading() -> None:
+    done = subprocess.run([*server_command(), "serve", "--help"], capture_output=True, text=True, timeout=60)
+    sections = {title: body for title, _, body in (part.partition(":\n") for part in done.stdout.split("\n\n")) if body}
+    assert "--host-sessions" not in sections["thread pools"]
+    hosts = sections["host processes (environments of other frameworks)"]
+    assert all(flag in hosts for flag in ("--host-sessions", "--host-processes", "--host-memory-bytes"))
+
+
+@pytest.mark.parametrize("command", [["envs"], ["episodes", "export"], ["episodes", "list"]])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path: Path, command: list[str]) -> None:
+    """`ors-server episodes list | head`: once `head` has gone, the command ends without a traceback, as Unix
+    tools do. The pipe's reading end is closed before the command writes, so its first write finds it gone."""
+    database = Database(str(tmp_path / "r.db"))
+    fill(database, "episode-1", calls=3, size=100)
+    database.close()
+    process = subprocess.Popen(
+        [*server_command(), *command, *(["--records", str(tmp_path / "r.db")] if command[0] == "episodes" else [])],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    with process.stderr:
+        error = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 1
+    assert error == ""

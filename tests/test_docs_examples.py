@@ -15,6 +15,7 @@ must answer `/health` and `/tools`, and is stopped.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from packaging.requirements import Requirement
 
 from ors_server.loading import builtin_environments
 from tests.clients import client_venvs
@@ -145,6 +147,37 @@ def _serves(block: Block) -> bool:
 def _report(block: Block, done: subprocess.CompletedProcess[str] | None, server: Server, why: str) -> str:
     out = "" if done is None else f"\n--- stdout ---\n{done.stdout[-4000:]}\n--- stderr ---\n{done.stderr[-4000:]}"
     return f"{block.name} ({block.section}) {why}{out}\n--- server log ---\n{server.log_tail(2000)}"
+
+
+def _installed_by(distribution: str, extra: str) -> set[str]:
+    """The import names of `distribution` with `extra` and everything it requires, as pip would install it."""
+    names: set[str] = set()
+    todo, seen = [(distribution, extra)], set()
+    while todo:
+        name, wanted = todo.pop()
+        key = (re.sub(r"[-_.]+", "-", name).lower(), wanted)
+        if key in seen:
+            continue
+        seen.add(key)
+        names.add(key[0])
+        for text in importlib.metadata.requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": wanted}):
+                todo.extend((requirement.name, nested) for nested in requirement.extras or [""])
+    modules = importlib.metadata.packages_distributions()
+    return {
+        module for module, dists in modules.items() if any(re.sub(r"[-_.]+", "-", d).lower() in names for d in dists)
+    }
+
+
+def test_the_reasoning_gym_example_imports_only_what_its_install_brings() -> None:
+    """A reader who ran `pip install "ors-server[reasoning-gym]"` can run the section's example as it stands."""
+    [block] = [
+        block for block in RUN_BLOCKS if block.section == "reasoning-gym datasets" and block.language == "python"
+    ]
+    imported = {match[1] for match in re.finditer(r"^(?:from|import) (\w+)", block.code, re.M)}
+    brought = _installed_by("ors-server", "reasoning-gym") | set(sys.stdlib_module_names)
+    assert imported - brought == set()
 
 
 @pytest.mark.parametrize("block", [pytest.param(b, marks=_marks(b), id=b.name) for b in RUN_BLOCKS])
