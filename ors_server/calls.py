@@ -48,10 +48,11 @@ from ors_server.compose.catalogue import ServerTool
 from ors_server.compose.results import error_text, to_output
 from ors_server.compose.toolbox import ToolServerFailed
 from ors_server.environment import PROGRESS_REPORTER, Environment, ToolDef
+from ors_server.episode import Episode
 from ors_server.errors import ToolServerUnavailable
 from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal
 from ors_server.runtime.worker_threads import run_in_thread
-from ors_server.sessions import Episode, EpisodeEnd, EpisodeWatcher, Session, SessionStore, State
+from ors_server.sessions import EpisodeEnd, EpisodeWatcher, Session, SessionStore
 from ors_server.types import ToolOutput
 
 logger = logging.getLogger("ors_server.calls")
@@ -286,14 +287,13 @@ class Calls:
         """Every finished call kept for replay, oldest first: when it ended, its size and its id. Not the call
         itself, which would keep its episode, session and environment alive after the episode ended (when its
         kept calls are let go: `_EndedEpisodes`); and a tuple of these the garbage collector stops tracking."""
-        self._kept_in: dict[str, dict[str, ToolCall]] = {}
-        """Where each of them is kept, by id: its episode's calls."""
+        self._kept_in: dict[str, Episode] = {}
+        """Where each of them is kept, by id: its episode."""
         self._unpacked: deque[ToolCall] = deque()
         """The finished calls not yet packed (`ToolCall.pack`), oldest first."""
         self.replay_chars = 0
         """Their sizes summed: kept within `max_replay_chars`."""
         store.on_sweep.append(self._forget_replays)  # in a lull too, not only when the next call ends
-        store.watchers.append(_EndedEpisodes())
 
     def observe(self, observer: Observer) -> None:
         """Tell `observer` of every episode's start and end and of every finished call from now on (and, if it is a
@@ -359,7 +359,7 @@ class Calls:
         `progress`, if given, is told of the tool's progress reports (from any thread: hand them over safely)."""
         episode = session.episode
         call = ToolCall(uuid.uuid4().hex, name, session, episode, face, arguments, progress=progress)
-        episode.calls[call.id] = call
+        episode.add_call(call)
         session.running_calls += 1
         self.running += 1
         session.touch()
@@ -385,7 +385,7 @@ class Calls:
             for throttle in self.throttles:
                 if throttle.full:
                     await throttle.room()
-            if not await self.store.acquire(episode):
+            if not await episode.admit():
                 result = _busy(call.name) if episode.overdue else _ended(call.name)
             else:
                 try:
@@ -393,11 +393,11 @@ class Calls:
                     if call.done:
                         pass  # answered `timeout` already; what the overdue thread returned is dropped
                     elif isinstance(result, ToolOutput) and self._tool(session, call.name) is EXECUTE_CODE_TOOL:
-                        _record_step(episode, result)
+                        episode.record_step(result)
                     else:
                         _record(episode, result)
                 finally:
-                    episode.lock.release()
+                    episode.release()
         finally:
             session.running_calls -= 1
             self.running -= 1
@@ -569,7 +569,7 @@ class Calls:
                 watch.cancel()
                 limiter.release_on_behalf_of(slot)
             if call.done:  # answered `timeout` already: the overdue thread ending
-                call.episode.overdue -= 1
+                call.episode.overdue_ended()
                 call.session.overdue_calls -= 1
                 self.overdue -= 1
                 logger.warning(
@@ -588,7 +588,7 @@ class Calls:
         """At the deadline of a sync tool still running (a timer on the event loop): answer its caller `timeout`,
         count it overdue, and refuse the calls queued behind it."""
         episode, session = call.episode, call.session
-        episode.overdue += 1
+        episode.mark_overdue()  # calls queued behind it are refused (session_busy) rather than left waiting
         session.overdue_calls += 1
         self.overdue += 1
         logger.warning(
@@ -598,8 +598,6 @@ class Calls:
             self.settings.tool_timeout,
             extra={"session_id": session.id},
         )
-        for waiter in list(episode.waiting or ()):
-            waiter.cancel()  # calls queued behind it are refused (session_busy) rather than left waiting
         self._publish(call, self._timed_out(call.name))
 
     async def _execute_code(self, step: ToolCall, code: str) -> CallResult:
@@ -617,15 +615,12 @@ class Calls:
             return result
 
         tools = self._tools(session.env_cls, session)
-        with anyio.CancelScope() as scope:
-            episode.step = scope  # cancelled (its sandbox killed) when the episode ends
+        with anyio.CancelScope() as scope, episode.running_step(scope):  # cancelled when the episode ends
             try:
                 pool = self.store.codeact_pool
                 return await execute_code(code, tools, call_tool, self.settings, session.redact, session.id, pool)
             except StepFailed as exc:
                 return ToolCrashed(str(exc))
-            finally:
-                episode.step = None
         return _ended(EXECUTE_CODE_TOOL.name)  # the episode ended during the step
 
     # Publishing and observing.
@@ -636,10 +631,10 @@ class Calls:
             result = ToolRejected(result.reason, call.session.redact(result.message))
         call.end(result)
         if call.episode.ended:  # nothing can ask to replay it: a replay names its session's current episode
-            call.episode.calls.pop(call.id, None)
+            call.episode.forget_call(call.id)
         else:
             self._replayable.append((call.ended_at, call.size, call.id))
-            self._kept_in[call.id] = call.episode.calls
+            self._kept_in[call.id] = call.episode
             self.replay_chars += call.size
             self._forget_replays()
             self._unpacked.append(call)  # after: its waiters are yet to read its result
@@ -669,16 +664,7 @@ class Calls:
         while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0][0] < horizon):
             _, size, call_id = replayable.popleft()
             self.replay_chars -= size
-            self._kept_in.pop(call_id).pop(call_id, None)  # a waiter holding the call still gets its result
-
-
-class _EndedEpisodes(EpisodeWatcher):
-    """Lets an ended episode's finished calls go: a replay names its session's current episode, so no request
-    can ask for them any more. (Their sizes still count in `max_replay_chars` until their linger ends.)"""
-
-    def episode_ended(self, session: Session, episode: Episode, how: EpisodeEnd) -> None:
-        for call_id in [call_id for call_id, call in episode.calls.items() if call.done]:
-            del episode.calls[call_id]
+            self._kept_in.pop(call_id).forget_call(call_id)  # a waiter holding the call still gets its result
 
 
 def _calls_after_finish(env_cls: type[Environment]) -> bool:
@@ -699,26 +685,10 @@ def _ended(name: str) -> ToolRejected:
     return ToolRejected("session_ended", f"'{name}' was not run: the episode has ended.")
 
 
-def _record_step(episode: Episode, step: ToolOutput) -> None:
-    """Record a CodeAct step: its tool calls were recorded one by one already, so the step only sets what a
-    client reads as "the last reward" (their sum) and the info."""
-    episode.last_reward = float(step.reward or 0.0)
-    episode.info = dict(step.metadata or {})
-
-
 def _record(episode: Episode, result: CallResult) -> None:
-    if not isinstance(result, ToolOutput):
-        # A failed call earns nothing, so a client reading "the last reward" does not count one twice.
-        if not (isinstance(result, ToolRejected) and result.reason == "episode_finished"):
-            episode.last_reward = 0.0
-        return
-    episode.step_count += 1
-    episode.last_reward = float(result.reward or 0.0)
-    episode.total_reward += episode.last_reward
-    episode.info = dict(result.metadata or {})
-    if result.finished:
-        episode.state = State.FINISHED
-        episode.truncated = result.truncated
+    # A call refused because the episode had finished leaves "the last reward" as the finishing call set it.
+    finished = isinstance(result, ToolRejected) and result.reason == "episode_finished"
+    episode.record(result if isinstance(result, ToolOutput) else None, keep_last_reward=finished)
 
 
 __all__ = [

@@ -20,7 +20,6 @@ of the prompt raise `SessionBusy` meanwhile. Resetting or deleting the session d
 from __future__ import annotations
 
 import asyncio
-import enum
 import functools
 import inspect
 import json
@@ -42,6 +41,7 @@ from ors_server.codeact.sandbox import sandbox_mode
 from ors_server.compose.catalogue import Catalogue
 from ors_server.compose.toolbox import Toolbox
 from ors_server.environment import Environment, InvalidTaskSpec
+from ors_server.episode import Episode, State
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
@@ -53,9 +53,7 @@ from ors_server.errors import (
     SessionExpired,
     SessionNotFound,
     SessionStarting,
-    SetupFailed,
     ShuttingDown,
-    TaskRejected,
     TaskTooLarge,
     WrongEnvironment,
 )
@@ -76,62 +74,6 @@ Pool = Literal["tools", "discovery", "lifecycle"]
 Ending = Literal["deleted", "reaped", "shutdown"]
 EpisodeEnd = Literal["deleted", "reaped", "shutdown", "reset", "setup_failed"]
 """How an episode ended: its session ended (`Ending`), a reset replaced it, or its setup failed."""
-
-
-class State(enum.Enum):
-    SETTING_UP = "setting-up"
-    READY = "ready"
-    SETUP_FAILED = "setup-failed"
-    FINISHED = "finished"
-    DELETED = "deleted"
-
-
-@dataclass(eq=False)
-class Episode:
-    """One run of a session's environment, from construction and setup to teardown."""
-
-    env: Environment | None = None
-    toolbox: Toolbox | None = None
-    """The connections to the environment's MCP tool servers, open from before setup to after teardown."""
-    state: State = State.SETTING_UP
-    setup_error: str | None = None
-    task_rejected: bool = False
-    """Setup raised `InvalidTaskSpec`: the failure is the client's task spec (400), not the server's (500)."""
-    ready: LazyEvent = field(default_factory=LazyEvent)
-    """Set once setup has ended (either way), or the episode was ended before that."""
-    built: bool = False
-    """Construction and setup have ended; until then `_start` owns the environment."""
-    ended: bool = False
-    """Reset or discarded: no call runs in it any more, and `_finish` tears it down."""
-    torn_down: bool = False
-    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))  # no checkpoint when free
-    """Held by the call running in the episode (and by reads of its environment)."""
-    overdue: int = 0
-    """Calls that timed out but whose thread still runs: while there are any, calls are refused (session_busy)."""
-    waiting: set[anyio.CancelScope] | None = None
-    """Calls queued for the lock, refused at once if the call ahead of them times out (made by the first)."""
-    step: anyio.CancelScope | None = None
-    """The CodeAct step running in the episode: cancelled (its sandbox killed) when the episode ends."""
-    step_count: int = 0
-    last_reward: float = 0.0
-    total_reward: float = 0.0
-    truncated: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
-    calls: dict[str, Any] = field(default_factory=dict)
-    """Its calls (`ors_server.calls.ToolCall`) by id, running or kept for replay; the store waits for them at
-    shutdown, the call pipeline owns them."""
-    number: int = 0
-    """0 for a session's first episode, then 1, 2, ... for the episodes resets start."""
-
-    @property
-    def finished(self) -> bool:
-        return self.state is State.FINISHED
-
-    def setup_failure(self) -> TaskRejected | SetupFailed:
-        """What a request to this episode gets once its setup has failed."""
-        if self.task_rejected:
-            return TaskRejected(f"invalid task spec: {self.setup_error}")
-        return SetupFailed(self.setup_error or "setup failed")
 
 
 @dataclass(eq=False)
@@ -244,9 +186,10 @@ def _describe(exc: BaseException) -> str:
 
 
 def _construct(session: Session, episode: Episode) -> None:
-    episode.env = session.env_cls(task_spec=session.task_spec, secrets=session.secrets)
-    if not inspect.iscoroutinefunction(episode.env.setup):
-        episode.env.setup()
+    env = session.env_cls(task_spec=session.task_spec, secrets=session.secrets)
+    episode.constructed(env)
+    if not inspect.iscoroutinefunction(env.setup):
+        env.setup()
 
 
 def _constructs_inline(env_cls: type[Environment]) -> bool:
@@ -575,9 +518,8 @@ class SessionStore:
                 if inspect.iscoroutinefunction(episode.env.setup):
                     await episode.env.setup()
         except Exception as exc:
-            episode.state = State.SETUP_FAILED
-            episode.task_rejected = isinstance(exc, InvalidTaskSpec)
-            episode.setup_error = session.redact(str(exc) if episode.task_rejected else _describe(exc))
+            rejected = isinstance(exc, InvalidTaskSpec)
+            episode.setup_failed(session.redact(str(exc) if rejected else _describe(exc)), rejected)
             self.counts["setup_failed"] += 1
             if not episode.ended:  # an episode ended while it started failed no one, and was reported ended then
                 self._tell("episode_ended", session, episode, "setup_failed")
@@ -591,11 +533,9 @@ class SessionStore:
             if episode.toolbox is not None:  # the episode cannot run: its tool servers are not kept waiting
                 await episode.toolbox.close(self.settings.teardown_timeout)
         else:
-            if episode.state is State.SETTING_UP:
-                episode.state = State.READY
+            episode.set_up()
         finally:
-            episode.built = True
-            episode.ready.set()
+            episode.done_building()
             if episode.ended:
                 await self._finish(session, episode)
 
@@ -603,9 +543,10 @@ class SessionStore:
         """Connect the episode to its environment's tool servers (and list their tools, the first time)."""
         assert self._task_group is not None
         timeout = self.settings.tool_server_start_timeout
-        episode.toolbox = Toolbox(session.env_cls.mcp_servers, self.settings.tool_server_log_bytes)
-        await episode.toolbox.open(self._task_group, timeout)
-        await self.catalogue.load(session.env_cls, self._task_group, timeout, episode.toolbox)
+        toolbox = Toolbox(session.env_cls.mcp_servers, self.settings.tool_server_log_bytes)
+        episode.connected(toolbox)
+        await toolbox.open(self._task_group, timeout)
+        await self.catalogue.load(session.env_cls, self._task_group, timeout, toolbox)
 
     async def load_catalogue(self, env_cls: type[Environment]) -> None:
         """List the tools of `env_cls`'s MCP tool servers, starting them to ask, the first time (boundedly)."""
@@ -614,25 +555,17 @@ class SessionStore:
 
     def _end_episode(self, session: Session, episode: Episode, how: EpisodeEnd) -> bool:
         """Mark an episode ended; returns whether it is ours to tear down now (else `_start` will)."""
-        episode.ended = True
+        built = episode.end()
         if episode.state is not State.SETUP_FAILED:  # that was its end, reported then
             self._tell("episode_ended", session, episode, how)
-        episode.ready.set()  # wake requests waiting for its setup: they now see it is gone
-        if episode.step is not None:
-            episode.step.cancel()  # agent code dies with its session, at once (not at the step's own timeout)
-        if not episode.built and episode.toolbox is not None:
-            episode.toolbox.cut()  # tool servers still starting are killed, not waited for
-        for waiter in list(episode.waiting or ()):
-            waiter.cancel()
-        return episode.built
+        return built
 
     async def _finish(self, session: Session, episode: Episode) -> None:
         """Tear down an ended episode's environment, exactly once, after its running call (boundedly)."""
-        if episode.torn_down:
+        if not episode.begin_teardown():
             return
-        episode.torn_down = True
         with anyio.CancelScope(shield=True):
-            env, episode.env = episode.env, None
+            env = episode.take_env()
             if env is not None:
                 # Give a running call a moment to finish; a hung one must not hold the ending, and teardown is
                 # what stops it (a sandbox kills its processes).
@@ -761,7 +694,7 @@ class SessionStore:
         gone raises SessionDeleted, one without a built environment SessionStarting, one whose timed-out call
         still runs SessionBusy, and a method that raises (or returns the wrong thing) ReadFailed."""
         episode = episode or session.episode
-        if not await self.acquire(episode):
+        if not await episode.admit():
             raise SessionBusy()
         try:
             if session.deleted:
@@ -776,26 +709,8 @@ class SessionStore:
             except Exception as exc:
                 raise ReadFailed(session.redact(f"{method} failed: {_describe(exc)}")) from None
         finally:
-            episode.lock.release()
+            episode.release()
         return value
-
-    async def acquire(self, episode: Episode) -> bool:
-        """Take the episode's lock; False, at once, while a timed-out call still runs in it (also if that
-        happens while waiting), or if the episode ends while waiting."""
-        if episode.overdue:
-            return False
-        if not episode.lock.locked():  # the common case, without a cancel scope
-            episode.lock.acquire_nowait()
-            return True
-        with anyio.CancelScope() as scope:
-            if episode.waiting is None:
-                episode.waiting = set()
-            episode.waiting.add(scope)
-            try:
-                await episode.lock.acquire()
-            finally:
-                episode.waiting.discard(scope)
-        return not scope.cancelled_caught
 
     def _tell(self, event: str, *args: Any) -> None:
         """Tell every watcher of an episode's start or end; a watcher that fails is logged, never raised."""

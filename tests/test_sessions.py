@@ -15,6 +15,7 @@ import pytest
 
 from ors_server import ToolOutput
 from ors_server.calls import ToolCrashed, ToolRejected
+from ors_server.episode import State
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
@@ -29,7 +30,7 @@ from ors_server.errors import (
     ShuttingDown,
     WrongEnvironment,
 )
-from ors_server.sessions import SessionStore, State
+from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 from tests.ors_envs import (
     FailingSetup,

@@ -54,7 +54,7 @@ async def ask(store: SessionStore, session: Session, name: str) -> Any:
     """Ask the episode's instance of the class for `name` (its `state`, its reset observation, a `list_tools`
     step), under the episode's lock as every read of an episode is."""
     episode = session.episode
-    if not await store.acquire(episode):
+    if not await episode.admit():
         raise FrameError("EXECUTION_ERROR", "an earlier call of this session timed out and still runs")
     try:
         env = episode.env
@@ -65,4 +65,4 @@ async def ask(store: SessionStore, session: Session, name: str) -> Any:
         except Exception as exc:
             raise FrameError("EXECUTION_ERROR", session.redact(str(exc) or type(exc).__name__)) from None
     finally:
-        episode.lock.release()
+        episode.release()

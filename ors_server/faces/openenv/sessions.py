@@ -12,10 +12,11 @@ import anyio
 from ors_server import ids
 from ors_server.calls import Calls
 from ors_server.environment import Environment
+from ors_server.episode import State
 from ors_server.errors import BadRequest, NotFound, OrsError, SessionDeleted
 from ors_server.faces.openenv.wire import CREATED_BY, FrameError, ResetRequest, unknown_session
 from ors_server.registry import Registry
-from ors_server.sessions import Session, SessionStore, State
+from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings
 
 
