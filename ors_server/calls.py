@@ -19,7 +19,7 @@ cannot be stopped: its caller is answered `timeout` at the deadline (`_overdue`)
 keeping its tool-thread slot and the episode's lock until it returns; meanwhile the call counts as overdue
 (`Episode.overdue`, `Session.overdue_calls`, `Calls.overdue`) and calls into that episode are refused.
 
-The pipeline runs calls as tasks of the session store (`SessionStore.spawn`), so a call survives its client
+The pipeline runs calls as tasks of the session store (`Runtime.spawn`), so a call survives its client
 disconnecting (ORS clients re-attach by `task_id`). Sessions, episodes and their lifecycle are the store's.
 """
 
@@ -48,11 +48,11 @@ from ors_server.compose.catalogue import ServerTool
 from ors_server.compose.results import error_text, to_output
 from ors_server.compose.toolbox import ToolServerFailed
 from ors_server.environment import PROGRESS_REPORTER, Environment, ToolDef
-from ors_server.episode import Episode
+from ors_server.episode import Episode, EpisodeEnd, EpisodeWatcher
 from ors_server.errors import ToolServerUnavailable
 from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal
 from ors_server.runtime.worker_threads import run_in_thread
-from ors_server.sessions import EpisodeEnd, EpisodeWatcher, Session, SessionStore
+from ors_server.sessions import Session, SessionStore
 from ors_server.types import ToolOutput
 
 logger = logging.getLogger("ors_server.calls")
@@ -318,20 +318,20 @@ class Calls:
         raises ToolServerUnavailable if they do not answer."""
         if env_cls.mcp_servers:
             try:
-                await self.store.load_catalogue(env_cls)
+                await self.store.runtime.load_catalogue(env_cls)
             except ToolServerFailed as exc:
                 raise ToolServerUnavailable(str(exc)) from None
         return self._tools(env_cls, session)
 
     def _tools(self, env_cls: type[Environment], session: Session | None) -> list[ToolDef]:
-        tools = [*env_cls.tools.values(), *self.store.catalogue.cached(env_cls)]
+        tools = [*env_cls.tools.values(), *self.store.runtime.catalogue.cached(env_cls)]
         on = self.codeact(session) if session is not None else self.settings.codeact
         return with_execute_code(tools) if on else tools
 
     def has_tool(self, session: Session, name: str) -> bool:
         """Whether `name` is a tool of `session` (its environment's own or a composed one)."""
         return name in session.env_cls.tools or any(
-            t.name == name for t in self.store.catalogue.cached(session.env_cls)
+            t.name == name for t in self.store.runtime.catalogue.cached(session.env_cls)
         )
 
     def _tool(self, session: Session, name: str) -> ToolDef | None:
@@ -342,7 +342,7 @@ class Calls:
         own = session.env_cls.tools.get(name)
         if own is not None:
             return own
-        return next((t for t in self.store.catalogue.cached(session.env_cls) if t.name == name), None)
+        return next((t for t in self.store.runtime.catalogue.cached(session.env_cls) if t.name == name), None)
 
     # Starting, awaiting and finding calls.
 
@@ -363,7 +363,7 @@ class Calls:
         session.running_calls += 1
         self.running += 1
         session.touch()
-        self.store.spawn(self._run, call)
+        self.store.runtime.spawn(self._run, call)
         return call
 
     async def call(self, session: Session, name: str, arguments: Any, *, face: str | None = None) -> CallResult:
@@ -542,7 +542,7 @@ class Calls:
                 return await tool.function(env, *args)
             raise _Overtime()
         work = functools.partial(tool.function, env, *args)
-        limiter = self.store.limiters["tools"]
+        limiter = self.store.runtime.limiters["tools"]
         if timeout is None:
             # No timeout: the slot is held for as long as the call waits for the thread, which is until it returns
             # (only a cancellation at shutdown abandons it).
@@ -617,7 +617,7 @@ class Calls:
         tools = self._tools(session.env_cls, session)
         with anyio.CancelScope() as scope, episode.running_step(scope):  # cancelled when the episode ends
             try:
-                pool = self.store.codeact_pool
+                pool = self.store.runtime.codeact_pool
                 return await execute_code(code, tools, call_tool, self.settings, session.redact, session.id, pool)
             except StepFailed as exc:
                 return ToolCrashed(str(exc))

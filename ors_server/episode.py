@@ -16,7 +16,7 @@ import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
@@ -28,6 +28,9 @@ from ors_server.types import ToolOutput
 
 if TYPE_CHECKING:
     from ors_server.calls import ToolCall
+    from ors_server.sessions import Session
+
+EpisodeEnd = Literal["deleted", "reaped", "shutdown", "reset", "setup_failed"]
 
 
 class State(enum.Enum):
@@ -209,3 +212,16 @@ class Episode:
         """The environment to tear down (None if none was built): the episode lets go of it."""
         env, self.env = self.env, None
         return env
+
+
+class EpisodeWatcher:
+    """Told of every episode's start and end, with its session (id, environment, task spec, the face that
+    created it: `Session.created_by`). Subclassed by the call pipeline's `Observer`, which sees the calls too.
+    Called on the event loop: return at once."""
+
+    def episode_started(self, session: Session, episode: Episode) -> None:
+        """`episode` has started (`episode.number` 0 with its session, 1, 2, ... with each reset)."""
+
+    def episode_ended(self, session: Session, episode: Episode, how: EpisodeEnd) -> None:
+        """`episode` has ended, once, `how`: its session was deleted, reaped or shut down, a reset replaced it,
+        or its setup failed. Its teardown may still be running."""

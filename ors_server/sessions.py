@@ -19,7 +19,6 @@ of the prompt raise `SessionBusy` meanwhile. Resetting or deleting the session d
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -36,12 +35,9 @@ import anyio
 import anyio.abc
 from pydantic import TypeAdapter
 
-from ors_server.codeact.pool import SandboxPool
-from ors_server.codeact.sandbox import sandbox_mode
-from ors_server.compose.catalogue import Catalogue
 from ors_server.compose.toolbox import Toolbox
 from ors_server.environment import Environment, InvalidTaskSpec
-from ors_server.episode import Episode, State
+from ors_server.episode import Episode, EpisodeEnd, EpisodeWatcher, State
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
@@ -59,6 +55,7 @@ from ors_server.errors import (
 )
 from ors_server.masking import Masker
 from ors_server.runtime.lazy_event import LazyEvent
+from ors_server.runtime.resources import Runtime
 from ors_server.runtime.worker_threads import run_in_thread
 from ors_server.settings import Settings
 from ors_server.types import Blocks
@@ -70,9 +67,7 @@ TEARDOWN_LOCK_WAIT = 2.0
 SESSION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _blocks = TypeAdapter(Blocks)
 
-Pool = Literal["tools", "discovery", "lifecycle"]
 Ending = Literal["deleted", "reaped", "shutdown"]
-EpisodeEnd = Literal["deleted", "reaped", "shutdown", "reset", "setup_failed"]
 """How an episode ended: its session ended (`Ending`), a reset replaced it, or its setup failed."""
 
 
@@ -164,17 +159,6 @@ class Session:
         return self._masker(text)
 
 
-async def run_user_code(function: Callable[..., Any], *args: Any, limiter: anyio.CapacityLimiter | None = None) -> Any:
-    """Await async user code; run sync user code in a worker thread so it never blocks the event loop."""
-    if inspect.iscoroutinefunction(function):
-        return await function(*args)
-    call = functools.partial(function, *args)
-    result = await run_in_thread(call, limiter)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
 def _quote(value: Any, limit: int = 200) -> str:
     """`value` as an error message may quote it back to its sender: enough to recognise, never all of a big one."""
     text = value if isinstance(value, str) else repr(value)
@@ -200,19 +184,6 @@ def _constructs_inline(env_cls: type[Environment]) -> bool:
     )
 
 
-class EpisodeWatcher:
-    """Told of every episode's start and end, with its session (id, environment, task spec, the face that
-    created it: `Session.created_by`). Subclassed by the call pipeline's `Observer`, which sees the calls too.
-    Called on the event loop: return at once."""
-
-    def episode_started(self, session: Session, episode: Episode) -> None:
-        """`episode` has started (`episode.number` 0 with its session, 1, 2, ... with each reset)."""
-
-    def episode_ended(self, session: Session, episode: Episode, how: EpisodeEnd) -> None:
-        """`episode` has ended, once, `how`: its session was deleted, reaped or shut down, a reset replaced it,
-        or its setup failed. Its teardown may still be running."""
-
-
 class SessionStore:
     """Every live session, keyed by id. Run it with `async with store.run():` (the app's lifespan does)."""
 
@@ -222,18 +193,10 @@ class SessionStore:
         self._tombstones: OrderedDict[str, Ending] = OrderedDict()
         """Ids of sessions deleted or reaped lately, oldest first, and how each ended: they answer 410 rather
         than 404. At most `settings.tombstones` of them (about 150 bytes each for 32-character ids)."""
-        self._task_group: anyio.abc.TaskGroup | None = None
-        self._spawned: set[asyncio.Task[Any]] = set()
-        """The store's own tasks (`spawn`): each call, and each episode's start and finish."""
-        self.limiters: dict[Pool, anyio.CapacityLimiter] = {
-            "tools": anyio.CapacityLimiter(settings.tool_threads),
-            "discovery": anyio.CapacityLimiter(settings.discovery_threads),
-            "lifecycle": anyio.CapacityLimiter(settings.lifecycle_threads),
-        }
-        """Worker threads per kind of work: tool calls; task and split listings; setup, reset, teardown, reads."""
+        self.runtime = Runtime(settings)
+        """What sessions and calls run on: worker threads, background tasks (`spawn`), the composed tools'
+        catalogue, CodeAct's sandbox pool."""
         self._closing_since: float | None = None
-        self.catalogue = Catalogue()
-        """The tools environment classes gain from their MCP tool servers."""
         self.counts: Counter[str] = Counter()
         """Sessions created, deleted, reaped, shut down and failed setups."""
         self.on_end: list[Callable[[Session, str], None]] = []
@@ -242,10 +205,6 @@ class SessionStore:
         """Told of every episode's start and end (the call pipeline's observers: `Calls.observe`)."""
         self.on_sweep: list[Callable[[], None]] = []
         """Called at every pass of the reaper (the call pipeline forgets old calls kept for replay)."""
-        self.codeact_pool = SandboxPool(
-            settings.codeact_pool, sandbox_mode(settings.codeact_sandbox), settings.codeact_disk_bytes
-        )
-        """Sandboxes started ahead of time for CodeAct steps (each used by one step, then destroyed)."""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -267,24 +226,20 @@ class SessionStore:
         discarded as a deletion is (its id answers 410)."""
         if self._sessions.get(session.id) is session:
             logger.warning("session %s (%s) ends: %s", session.id, session.env_name, session.redact(why))
-            self.spawn(self.discard, session.id)
+            self.runtime.spawn(self.discard, session.id)
 
     # Lifecycle of the store.
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[SessionStore]:
-        # The pool is closed last, after every session (and so every step) has ended: no member outlives the store.
-        async with self.codeact_pool.run(fill=self.settings.codeact), anyio.create_task_group() as task_group:
-            self._task_group = task_group
+        # The runtime outlives the sessions: its tasks are cancelled and its sandbox pool closed after shutdown.
+        async with self.runtime.run() as task_group:
             task_group.start_soon(self._reap_forever)
             try:
                 yield self
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.shutdown()
-                    await self._cancel_spawned()
-                task_group.cancel_scope.cancel()
-        self._task_group = None
 
     def stop_admitting(self) -> None:
         """Refuse new sessions from now on; the shutdown grace period counts from the first call."""
@@ -354,7 +309,7 @@ class SessionStore:
         self._sessions[session_id] = session
         self.counts["created"] += 1
         self._tell("episode_started", session, session.episode)
-        self.spawn(self._start, session, session.episode)
+        self.runtime.spawn(self._start, session, session.episode)
         return session
 
     async def open(
@@ -412,7 +367,7 @@ class SessionStore:
         checked before the environment sees it, and the task it makes (which a session keeps) after."""
         self._check_size("the config", config)
         try:
-            task_spec = await run_user_code(env_cls.task_from_seed, seed, config, limiter=self.limiters["lifecycle"])
+            task_spec = await self.runtime.lifecycle(env_cls.task_from_seed, seed, config)
         except Exception as exc:
             # The seed and config come from the client: whatever the environment makes of them is the client's.
             quoted = f"seed {_quote(seed)} and config {_quote(config)}"
@@ -471,32 +426,6 @@ class SessionStore:
             raise episode.setup_failure()
         return session
 
-    def spawn(self, function: Callable[..., Any], *args: Any) -> None:
-        """Run `function(*args)` as a task of the store: it outlives the request that started it, and the store
-        cancels it when it stops. A plain asyncio task, not one of a task group's: spawning is on every call's path
-        (a task group's spawn measured ~4x the cost), and an exception that escapes one fails that task alone."""
-        if self._task_group is None:
-            raise RuntimeError("the session store is not running: use `async with store.run():`")
-        task = asyncio.get_running_loop().create_task(function(*args))
-        self._spawned.add(task)
-        task.add_done_callback(self._spawned_done)
-
-    def _spawned_done(self, task: asyncio.Task[Any]) -> None:
-        self._spawned.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            logger.error("a task of the session store failed", exc_info=exc)
-
-    async def _cancel_spawned(self) -> None:
-        while self._spawned:
-            tasks = list(self._spawned)
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)
-
-    async def discover(self, function: Callable[..., Any], *args: Any) -> Any:
-        """Run an environment's class-level listing (splits, tasks) on the discovery threads."""
-        return await run_user_code(function, *args, limiter=self.limiters["discovery"])
-
     # Building and ending episodes: every episode goes through `_start` once and `_finish` once.
 
     async def _start(self, session: Session, episode: Episode) -> None:
@@ -513,7 +442,9 @@ class SessionStore:
                 if _constructs_inline(session.env_cls):
                     _construct(session, episode)  # nothing that may block: a thread hop would be most of the cost
                 else:
-                    await run_in_thread(functools.partial(_construct, session, episode), self.limiters["lifecycle"])
+                    await run_in_thread(
+                        functools.partial(_construct, session, episode), self.runtime.limiters["lifecycle"]
+                    )
                 assert episode.env is not None
                 if inspect.iscoroutinefunction(episode.env.setup):
                     await episode.env.setup()
@@ -541,17 +472,11 @@ class SessionStore:
 
     async def _open_toolbox(self, session: Session, episode: Episode) -> None:
         """Connect the episode to its environment's tool servers (and list their tools, the first time)."""
-        assert self._task_group is not None
-        timeout = self.settings.tool_server_start_timeout
+        assert self.runtime.task_group is not None
         toolbox = Toolbox(session.env_cls.mcp_servers, self.settings.tool_server_log_bytes)
         episode.connected(toolbox)
-        await toolbox.open(self._task_group, timeout)
-        await self.catalogue.load(session.env_cls, self._task_group, timeout, toolbox)
-
-    async def load_catalogue(self, env_cls: type[Environment]) -> None:
-        """List the tools of `env_cls`'s MCP tool servers, starting them to ask, the first time (boundedly)."""
-        assert self._task_group is not None
-        await self.catalogue.load(env_cls, self._task_group, self.settings.tool_server_start_timeout)
+        await toolbox.open(self.runtime.task_group, self.settings.tool_server_start_timeout)
+        await self.runtime.load_catalogue(session.env_cls, toolbox)
 
     def _end_episode(self, session: Session, episode: Episode, how: EpisodeEnd) -> bool:
         """Mark an episode ended; returns whether it is ours to tear down now (else `_start` will)."""
@@ -576,7 +501,7 @@ class SessionStore:
                 try:
                     if type(env).teardown is not Environment.teardown:  # the base's is a no-op: no thread hop
                         with anyio.fail_after(self.settings.teardown_timeout):
-                            await run_user_code(env.teardown, limiter=self.limiters["lifecycle"])
+                            await self.runtime.lifecycle(env.teardown)
                 except Exception as exc:
                     logger.error(
                         "teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id}
@@ -670,10 +595,10 @@ class SessionStore:
             self._tell("episode_started", session, new)
             if self._end_episode(session, old, "reset"):
                 if old.lock.locked():
-                    self.spawn(self._finish, session, old)  # after its running call, without waiting here
+                    self.runtime.spawn(self._finish, session, old)  # after its running call, without waiting here
                 else:
                     await self._finish(session, old)
-            self.spawn(self._start, session, new)
+            self.runtime.spawn(self._start, session, new)
             await new.ready.wait()
         session.touch()
 
@@ -703,7 +628,7 @@ class SessionStore:
             if env is None or episode.ended:
                 raise SessionStarting()
             try:
-                value = await run_user_code(getattr(env, method), limiter=self.limiters["lifecycle"])
+                value = await self.runtime.lifecycle(getattr(env, method))
                 if method == "get_prompt":
                     value = _blocks.validate_python(value)
             except Exception as exc:

@@ -15,9 +15,9 @@ import pytest
 from ors_server import ToolOutput
 from ors_server.calls import Calls, Observer, ToolCall, ToolCrashed, ToolRejected, wall_clock
 from ors_server.codeact import bwrap_problem
-from ors_server.episode import Episode
+from ors_server.episode import Episode, EpisodeEnd
 from ors_server.http.app import create_app
-from ors_server.sessions import EpisodeEnd, Session, SessionStore
+from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings
 from tests.ors_envs import FailingSetup, MathLike, Seeded, math_task
 

@@ -153,7 +153,7 @@ def _secrets(request: Request, body: CreateBody) -> dict[str, str]:
 
 
 async def _split_name(store: SessionStore, env_cls: type[Environment], split: str) -> str:
-    names = [Split.of(s).name for s in await store.discover(env_cls.list_splits)]
+    names = [Split.of(s).name for s in await store.runtime.discover(env_cls.list_splits)]
     if split not in names:
         raise InvalidSplit()
     return split
@@ -166,7 +166,7 @@ def tool_specs(tools: Sequence[ToolDef]) -> dict[str, Any]:
 async def _get_task(store: SessionStore, env_cls: type[Environment], split: str, index: int) -> dict[str, Any]:
     split = await _split_name(store, env_cls, split)
     try:
-        return await store.discover(env_cls.get_task, split, index)
+        return await store.runtime.discover(env_cls.get_task, split, index)
     except IndexError:
         raise InvalidIndex() from None
 
@@ -246,14 +246,14 @@ class OrsFace:
 
     async def splits(self, request: Request) -> Response:
         env_cls = self._path_env(request)
-        return JSONResponse([Split.of(s).model_dump() for s in await self.store.discover(env_cls.list_splits)])
+        return JSONResponse([Split.of(s).model_dump() for s in await self.store.runtime.discover(env_cls.list_splits)])
 
     async def tasks(self, request: Request) -> Response:
         env_cls = self._path_env(request)
         body = await read_body(request, SplitBody)
         split = await _split_name(self.store, env_cls, body.split)
         try:
-            found = await self.store.discover(env_cls.list_tasks, split)
+            found = await self.store.runtime.discover(env_cls.list_tasks, split)
         except NotImplementedError:
             raise BadRequest(f"'{env_cls.name}' does not list its tasks; use /num_tasks and /task") from None
         return JSONResponse({"tasks": found, "env_name": env_cls.name})
@@ -263,7 +263,7 @@ class OrsFace:
         body = await read_body(request, SplitBody)
         store = self.store
         split = await _split_name(store, env_cls, body.split)
-        return JSONResponse({"num_tasks": await store.discover(env_cls.num_tasks, split)})
+        return JSONResponse({"num_tasks": await store.runtime.discover(env_cls.num_tasks, split)})
 
     async def task(self, request: Request) -> Response:
         env_cls = self._path_env(request)
@@ -277,7 +277,7 @@ class OrsFace:
         body = await read_body(request, TaskRangeBody)
         split = await _split_name(self.store, env_cls, body.split)
         try:
-            found = await self.store.discover(env_cls.get_task_range, split, body.start, body.stop)
+            found = await self.store.runtime.discover(env_cls.get_task_range, split, body.start, body.stop)
         except (IndexError, ValueError):
             raise InvalidIndex("Invalid index range") from None
         return JSONResponse({"tasks": found, "env_name": env_cls.name})

@@ -54,7 +54,7 @@ class _StoreCollector(Collector):
         yield events
         in_use = GaugeMetricFamily("ors_threads_in_use", "Worker threads busy, per pool", labels=["pool"])
         capacity = GaugeMetricFamily("ors_threads_capacity", "Worker threads allowed, per pool", labels=["pool"])
-        for pool, limiter in self.store.limiters.items():
+        for pool, limiter in self.store.runtime.limiters.items():
             in_use.add_metric([pool], limiter.borrowed_tokens)
             capacity.add_metric([pool], limiter.total_tokens)
         yield in_use

@@ -37,12 +37,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ors_server.calls import Throttle, ToolCall, ToolRejected, wall_clock
-from ors_server.episode import Episode, State
+from ors_server.episode import Episode, EpisodeEnd, State
 from ors_server.masking import Masker
 from ors_server.records import bounds
 from ors_server.records.bounds import Budget
 from ors_server.records.db import Batch, Database, RecordsError, resolve, shown
-from ors_server.sessions import EpisodeEnd, Session, SessionStore
+from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings
 from ors_server.types import TextBlock, ToolOutput
 
@@ -120,7 +120,7 @@ class Recorder(Throttle):
         self._put(
             ("start", opened, episode_id(session, episode), session, episode.number, time.time(), session.task_spec)
         )
-        self.store.spawn(self._read_prompt, session, episode, opened)
+        self.store.runtime.spawn(self._read_prompt, session, episode, opened)
 
     def episode_ended(self, session: Session, episode: Episode, how: EpisodeEnd) -> None:
         opened = self._open.get(episode)

@@ -3,7 +3,7 @@
 What `anyio.to_thread.run_sync` does, at half its cost: measured on this stack, a hop through anyio took ~70 µs
 of CPU and ~85 µs of wall time, against ~35 and ~40 here, and a sync tool call takes one on every call. The
 saving is in what is left out: no cancel scopes, no checkpoint when a token of the caller's `CapacityLimiter` (the
-pool of its kind of work, `SessionStore.limiters`, which bound the threads in use) is free, no worker lookup.
+pool of its kind of work, `Runtime.limiters`, which bound the threads in use) is free, no worker lookup.
 
 The threads are daemons, started when every thread is busy and ended after `IDLE_SECONDS` without work, so an
 idle server holds none and a tool that never returns cannot hold up the process's exit. A caller that is

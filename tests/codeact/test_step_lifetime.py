@@ -85,9 +85,9 @@ async def test_ending_a_session_kills_its_running_step_at_once(ending: str, pool
         store.create("s", Signals, {}, None)
         session = await store.get_ready("s")
         with anyio.fail_after(60):
-            await store.codeact_pool.filled()
+            await store.runtime.codeact_pool.filled()
         # The pool's waiting sandboxes are not the step's: the one the step takes is, though started before it.
-        before = children() - store.codeact_pool.pids()
+        before = children() - store.runtime.codeact_pool.pids()
 
         async def run() -> None:
             code = "started()\nimport time\ntime.sleep(3600)"
@@ -97,8 +97,8 @@ async def test_ending_a_session_kills_its_running_step_at_once(ending: str, pool
             tg.start_soon(run)
             with anyio.fail_after(30):
                 await Signals.reached.wait()
-                await store.codeact_pool.filled()  # the refill behind the step is done: no process starting
-            step = children() - before - store.codeact_pool.pids()
+                await store.runtime.codeact_pool.filled()  # the refill behind the step is done: no process starting
+            step = children() - before - store.runtime.codeact_pool.pids()
             assert step, "the step's process was not found"
             if ending in ("deleted", "reaped"):  # (the reaper leaves a session alone while a call runs in it)
                 assert await store.discard("s", ending)
