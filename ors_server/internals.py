@@ -2,7 +2,7 @@
 
 Three features need more than the public API of those libraries gives:
 
-    the MCP face's plain tools/call (`faces/mcp_plain_call.py`)   answers a 2025-era `tools/call` itself, so it
+    the MCP face's plain tools/call (`faces/mcp/plain_call.py`)   answers a 2025-era `tools/call` itself, so it
         finds the SDK's transport by its id (`StreamableHTTPSessionManager._server_instances`) and holds the
         transport's idle countdown while it serves, as the SDK's own `handle_request` does
         (`StreamableHTTPServerTransport._requests_in_flight`, `_idle_timeout`, `idle_scope`)

@@ -1,5 +1,5 @@
 """Plain `tools/call`s of 2025 protocol sessions, answered by the MCP face without the SDK's transport
-(`ors_server.faces.mcp_plain_call`): byte for byte the SDK's answers, and the SDK transport kept alive."""
+(`ors_server.faces.mcp.plain_call`): byte for byte the SDK's answers, and the SDK transport kept alive."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import anyio
 import httpx
 import pytest
 
-from ors_server.faces import mcp as mcp_face
 from ors_server.faces.mcp import McpFace
+from ors_server.faces.mcp import sessions as mcp_face
 from tests.faces.mcp_helpers import ACCEPT, Counter, call, raw_initialize, server
 
 pytestmark = pytest.mark.anyio

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ors_server.faces import Naming, control, ors
 from ors_server.faces import openenv as openenv_face
-from ors_server.faces.mcp_naming import names_session as mcp_names_session
-from ors_server.faces.mcp_naming import read_initialize
+from ors_server.faces.mcp.naming import names_session as mcp_names_session
+from ors_server.faces.mcp.naming import read_initialize
 from ors_server.ids import WorkerTag, mint, split
 from ors_server.scale import metrics
 from ors_server.scale.directory import Directory

@@ -1,71 +1,15 @@
-"""The MCP face: streamable HTTP at `/{env}/mcp` (and `/mcp` for the default environment).
-
-Built on the `mcp` SDK 2.x: a low-level `Server` (`tools/list`, `tools/call`) behind one stateful
-`StreamableHTTPSessionManager` with JSON responses. Both `/mcp` and `/mcp/` are served directly, since
-Eval Protocol always appends the slash and a redirect would double its round trips.
-
-Binding an MCP session to an episode
-    An MCP transport session (the `mcp-session-id` the manager mints at `initialize`) is bound to one key of
-    the shared session store, chosen at `initialize`:
-
-    1. `params.clientInfo._extra.session_id`, as Eval Protocol sends it (with `seed` and `config`, which
-       shape the task through `task_from_seed`). The `mcp` 2.x SDK drops unknown `clientInfo` keys from
-       its typed params, so the raw `initialize` body is read here, before the SDK parses it.
-    2. else the `X-Session-ID` request header of the `initialize` POST. This is how an `mcp` 2.x client
-       (which cannot send `_extra`) names a session, for example one created through ORS `/create`:
-       `streamable_http_client(url, http_client=httpx2.AsyncClient(headers={"X-Session-ID": sid}))`.
-    3. else the transport id itself: a fresh episode (seeded by `_extra.seed`/`config` if given).
-
-    When the episode is named at `initialize` (1 or 2), the `initialize` result carries its task statement as
-    `instructions` (the text of `get_prompt()`), once setup is done: the answer waits for setup up to
-    `ready_wait` and leaves `instructions` out rather than fail the handshake. The prompt `task` (`prompts/get`)
-    serves the same statement, images included, for every binding.
-
-    An unknown key creates the session (`created_by="mcp"`). A known key attaches to the live episode,
-    whichever face created it, except that re-initializing an MCP-created key whose episode has already
-    been stepped restarts it (`store.reset` with the same seed), so running the same dataset row again on
-    a running server starts from the identical initial state.
-
-    The face keeps one map, transport id -> store key, and nothing else about episodes.
-
-When episodes end
-    An MCP-created episode ends when the last MCP transport bound to it closes (an HTTP `DELETE`, or the
-    transport going idle for `session_timeout`), or by ORS `/delete`, or by the store's reaper. An episode
-    created by another face (ORS `/create`, the control plane) never ends because an MCP transport closed.
-    Reads on the control plane do not keep an MCP-created episode alive past its last transport: Eval
-    Protocol ends every rollout with `reset_session` and then `DELETE`, and the next run of the row
-    initializes again (see above).
-
-Protocol eras
-    Both are served on every MCP endpoint. The 2025 era (`initialize`, then `mcp-session-id`) binds as above. The
-    2026-07-28 era has no handshake and no protocol session: every request is a self-contained POST that names its
-    episode itself: by its URL, `/{env}/mcp/episodes/{session_id}` (`/mcp/episodes/{session_id}` for the default
-    environment), else by the `X-Session-ID` header. `server/discover` offers 2026-07-28 only to a request that
-    names an episode so; elsewhere it offers the handshake's versions, so a client in its default mode
-    (`mcp.Client(url)`, fastmcp's) sends `initialize` at a plain URL and plays an episode of its own, as it did
-    before discovery was answered, rather than adopt an era in which it could run no call. A current-era
-    `tools/call` naming none is a JSON-RPC error saying how to name one; discovery, `tools/list` and prompt
-    listing need none. An episode URL also names the episode of a 2025 `initialize` sent to it (before
-    `_extra.session_id` and the header), and a transport opened on one episode URL is refused on another.
-
-Results
-    `tools/call` goes through the store's one call pipeline and renders the observation (text and image blocks)
-    unchanged, since Eval Protocol's clients parse the text, and the step's `reward` and `finished` (plus the
-    fields of a JSON object observation) as `structuredContent`, which every tool declares as its
-    `outputSchema`. Unknown tools, invalid arguments, a raising tool and calls after the episode finished are
-    `isError` results, never transport errors. HTTP-level refusals (bad Host, oversized or malformed bodies, a
-    full store) are 4xx/503 with a JSON-RPC error body.
-"""
+"""The MCP face's session binding and handlers: `McpFace` binds each MCP transport (or current-era request) to a
+session of the store, ends the sessions MCP made when their transports close, and answers the SDK's requests
+(tools, calls with progress, the task prompt and resource) over the call pipeline (see the package docstring)."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 from typing import Any
@@ -74,17 +18,16 @@ import anyio
 from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import Response
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ors_server.calls import CallResult, Calls, ToolCrashed, ToolRejected
-from ors_server.environment import Environment, ToolDef
+from ors_server.calls import CallResult, Calls
+from ors_server.environment import Environment
 from ors_server.errors import (
     BadRequest,
     OrsError,
@@ -93,11 +36,33 @@ from ors_server.errors import (
     SessionExpired,
     SessionNotFound,
     TooManyTransports,
-    Unavailable,
 )
 from ors_server.faces import Core, Face, wirejson
-from ors_server.faces.mcp_naming import names_session
-from ors_server.faces.mcp_plain_call import answer, negotiated_version, plain_call
+from ors_server.faces.mcp.naming import names_session
+from ors_server.faces.mcp.plain_call import answer, negotiated_version, plain_call
+from ors_server.faces.mcp.transport import (
+    Endpoint,
+    parsed,
+    read_body,
+    replay,
+    request_id_of,
+    routes,
+    security,
+    send_error,
+)
+from ors_server.faces.mcp.wire import (
+    EPISODE_SCOPE_KEY,
+    KEY_HEADER,
+    SESSION_HEADER,
+    STREAMED_SCOPE_KEY,
+    TASK_PROMPT,
+    TASK_RESOURCE,
+    content_block,
+    error_result,
+    render,
+    render_error,
+    tool_list,
+)
 from ors_server.faces.tagging import public_id, tagged_transport
 from ors_server.ids import split, worker_tag
 from ors_server.internals import hold_idle, sdk_transport
@@ -108,52 +73,9 @@ from ors_server.records.labels import parse_header as parse_labels
 from ors_server.registry import Registry
 from ors_server.sessions import Ending, Session, SessionStore
 from ors_server.settings import Settings
-from ors_server.types import Blocks, ImageBlock, TextBlock, ToolOutput
+from ors_server.types import Blocks, ImageBlock, TextBlock
 
 logger = logging.getLogger("ors_server.mcp")
-
-SESSION_HEADER = "mcp-session-id"
-STREAMED_SCOPE_KEY = "ors.streamed"
-"""ASGI scope key of a request that asked for progress and is answered as an event stream."""
-EPISODE_SCOPE_KEY = "ors.episode"
-"""ASGI scope key of an `initialize` request whose episode was named before the SDK answers it."""
-KEY_HEADER = "x-session-id"
-EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
-OUTPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "reward": {"type": ["number", "null"], "description": "The reward of this step (null: none given)."},
-        "finished": {"type": "boolean", "description": "Whether the episode has ended."},
-    },
-    "required": ["reward", "finished"],
-    "description": "The step's reward and the end of the episode; the fields of a JSON object observation too.",
-}
-"""Every tool's `outputSchema`: `structuredContent` carries the reward where MCP clients look for it."""
-
-# JSON-RPC codes for refusals made before the SDK sees a request.
-INVALID_REQUEST = types.INVALID_REQUEST
-INVALID_PARAMS = types.INVALID_PARAMS
-SERVER_UNAVAILABLE = -32000
-
-
-def rpc_error(exc: OrsError, request_id: Any = None) -> JSONResponse:
-    """The MCP face's one error shape: a JSON-RPC error object, with the HTTP status and headers of `exc`."""
-    if isinstance(exc, Unavailable):
-        code = SERVER_UNAVAILABLE
-    elif isinstance(exc, BadRequest):
-        code = INVALID_PARAMS
-    elif exc.status < 500:
-        code = INVALID_REQUEST
-    else:
-        code = types.INTERNAL_ERROR
-    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": exc.message}}
-    # An MCP client knows no 410: a deleted session is one it cannot find.
-    status = 404 if isinstance(exc, SessionDeleted) else exc.status
-    return JSONResponse(body, status, headers=exc.headers)
-
-
-def render_error(exc: OrsError) -> Response:
-    return rpc_error(exc)
 
 
 @dataclass
@@ -169,77 +91,11 @@ class _Binding:
     version: str | None = None
     """The protocol version its `initialize` negotiated (None if unread): plain calls are answered for it."""
     plain_calls: set[anyio.CancelScope] = field(default_factory=set)
-    """The waits of plain calls answered without the SDK (`mcp_plain_call`): cut short when the transport ends."""
-
-
-def _tools(tools: Sequence[ToolDef]) -> list[types.Tool]:
-    """The tool list of a session or an environment: the same specs as ORS `/task_tools` and `/tools`."""
-    return [
-        types.Tool(
-            name=t.name, description=t.description, input_schema=t.schema or EMPTY_SCHEMA, output_schema=OUTPUT_SCHEMA
-        )
-        for t in tools
-    ]
-
-
-def _error_result(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
-
-
-def _structured(result: ToolOutput) -> dict[str, Any]:
-    """`structuredContent`: the fields of the observation when its one text block is a JSON object, then `reward`
-    and `finished` (which win over fields of the same name)."""
-    texts = [block.text for block in result.blocks if isinstance(block, TextBlock)]
-    fields: dict[str, Any] = {}
-    if len(texts) == 1 and texts[0].lstrip().startswith("{"):
-        try:
-            parsed = wirejson.loads(texts[0].encode())
-        except wirejson.MalformedJson:
-            parsed = None
-        fields = parsed if isinstance(parsed, dict) else {}
-    return {**fields, "reward": result.reward, "finished": result.finished}
-
-
-def render(name: str, result: ToolOutput | ToolRejected | ToolCrashed) -> types.CallToolResult:
-    """A call result as MCP content: the observation as text and image content, unchanged (Eval Protocol's clients
-    parse the text), and the reward and the end of the episode in `structuredContent`."""
-    if isinstance(result, ToolRejected):
-        return _error_result(result.message)
-    if isinstance(result, ToolCrashed):
-        return _error_result(f"Error executing tool {name}: {result.message}")
-    content: list[types.ContentBlock] = []
-    for block in result.blocks:
-        if isinstance(block, TextBlock):
-            content.append(types.TextContent(type="text", text=block.text))
-        elif isinstance(block, ImageBlock):
-            content.append(types.ImageContent(type="image", data=block.data, mime_type=block.mimeType))
-    return types.CallToolResult(content=content, structured_content=_structured(result), is_error=False)
-
-
-TASK_PROMPT = types.Prompt(name="task", description="The task statement of this MCP session's episode.")
-TASK_RESOURCE = types.Resource(
-    uri="ors://task",
-    name="task",
-    description="The task statement of the episode, as the prompt 'task' gives it (text, and images as blobs).",
-    mime_type="text/plain",
-)
-"""The task as a resource: its statement, never the task spec (which may hold the answer a reward checks)."""
-
-
-def _content(block: TextBlock | ImageBlock) -> types.TextContent | types.ImageContent:
-    if isinstance(block, ImageBlock):
-        return types.ImageContent(type="image", data=block.data, mime_type=block.mimeType)
-    return types.TextContent(type="text", text=block.text)
+    """The waits of plain calls answered without the SDK (`plain_call`): cut short when the transport ends."""
 
 
 def _no_header_parameters(name: str) -> None:
     return None
-
-
-def _security() -> TransportSecuritySettings:
-    # Host and Origin are checked once for every face by the Guard (ors_server.http.hosts), with the same rules as
-    # the SDK's but case-insensitive names; the SDK still checks a POST's Content-Type.
-    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def _server_version() -> str:
@@ -260,89 +116,11 @@ def _int_or_none(value: Any, what: str) -> int | None:
     raise BadRequest(f"{what} must be an integer or null")
 
 
-async def _read_body(receive: Receive) -> bytes:
-    """The whole request body (bounded by the `Guard` middleware, which answers 413 past the limit)."""
-    chunks, more = [], True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise Refused(400, "client disconnected")
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    return b"".join(chunks)
-
-
-def _request_id(body: bytes) -> Any:
-    """The JSON-RPC id of a request body (None if it has none or is no request)."""
-    try:
-        message = wirejson.loads(body)
-    except wirejson.MalformedJson:
-        return None
-    return message.get("id") if isinstance(message, dict) else None
-
-
-def _parsed(body: bytes) -> Any:
-    try:
-        return wirejson.loads(body)
-    except wirejson.MalformedJson:
-        return None  # the transport answers the parse error
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
-async def _send_error(scope: Scope, send: Send, exc: OrsError, request_id: Any = None) -> None:
-    await rpc_error(exc, request_id)(scope, _no_receive, send)
-
-
-async def _no_receive() -> Message:
-    return {"type": "http.disconnect"}
-
-
-def _json_errors(scope: Scope, send: Send) -> Send:
-    """Wrap `send` so every error response is a JSON-RPC error (the SDK answers some refusals in plain text,
-    e.g. 421 for a bad Host or 413 for a large body), and a 503 carries Retry-After."""
-    held: dict[str, Any] = {}
-
-    async def wrapped(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            status = message["status"]
-            content_type = Headers(raw=message.get("headers") or []).get("content-type", "")
-            if status >= 400 and not content_type.startswith("application/json"):
-                held["status"], held["body"] = status, b""
-                return
-            if status == 503:
-                headers = MutableHeaders(raw=list(message.get("headers") or []))
-                headers.setdefault("retry-after", str(Unavailable.retry_after))
-                message = {**message, "headers": headers.raw}
-        elif message["type"] == "http.response.body" and "status" in held:
-            held["body"] += message.get("body", b"")
-            if not message.get("more_body", False):
-                status = held["status"]
-                text = held["body"].decode("utf-8", "replace").strip() or HTTPStatus(status).phrase
-                retry = {"Retry-After": str(Unavailable.retry_after)} if status == 503 else None
-                await _send_error(scope, send, Refused(status, text, retry))
-            return
-        await send(message)
-
-    return wrapped
-
-
 class McpFace:
     """The MCP endpoint of every environment, over the shared session store."""
 
     answers_plain_calls = True
-    """Answer plain `tools/call`s of 2025 protocol sessions without the SDK's transport (`mcp_plain_call`)."""
+    """Answer plain `tools/call`s of 2025 protocol sessions without the SDK's transport (`plain_call`)."""
 
     def __init__(self, registry: Registry, store: SessionStore, calls: Calls, settings: Settings) -> None:
         self.registry, self.store, self.calls, self.settings = registry, store, calls, settings
@@ -367,7 +145,7 @@ class McpFace:
                 app=self.server,
                 json_response=json_response,
                 stateless=stateless,
-                security_settings=_security(),
+                security_settings=security(),
                 session_idle_timeout=settings.session_timeout,
                 max_request_body_size=settings.max_body_bytes,
                 max_sessions=settings.max_sessions,
@@ -396,7 +174,7 @@ class McpFace:
     # Wiring.
 
     def routes(self) -> list[BaseRoute]:
-        return routes(_Endpoint(self))
+        return routes(Endpoint(self))
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[McpFace]:
@@ -421,7 +199,7 @@ class McpFace:
 
     async def open(self, scope: Scope, receive: Receive, send: Send, env_cls: type[Environment]) -> None:
         """A POST without a transport id: an `initialize` (or a sessionless 2026-07-28 request)."""
-        body = await _read_body(receive)
+        body = await read_body(receive)
         try:
             message = wirejson.loads(body)
         except wirejson.MalformedJson:
@@ -430,7 +208,7 @@ class McpFace:
             transport = self.transport
             if _wants_progress(message, scope):
                 transport, scope[STREAMED_SCOPE_KEY] = self.streaming, True
-            await transport(scope, _replay(body, receive), send)
+            await transport(scope, replay(body, receive), send)
             return
         extra = _object(_object(_object(message.get("params")).get("clientInfo")).get("_extra"))
         admitted: Session | None = None
@@ -463,7 +241,7 @@ class McpFace:
         except OrsError as exc:
             self._done_opening(key)
             self._done_admitting(admitted)
-            await _send_error(scope, send, exc, message.get("id"))
+            await send_error(scope, send, exc, message.get("id"))
             return
 
         if session is not None:
@@ -492,7 +270,7 @@ class McpFace:
                         except OrsError as exc:
                             # Lost a race for the last slot: refuse; the unbound transport idles out.
                             replaced = True
-                            await _send_error(scope, send, exc, message.get("id"))
+                            await send_error(scope, send, exc, message.get("id"))
                             return
                     self._bindings[transport_id] = _Binding(session)
                     bound.append(transport_id)
@@ -503,7 +281,7 @@ class McpFace:
             await send(reply)
 
         try:
-            await self.transport(scope, _replay(body, receive), bind)
+            await self.transport(scope, replay(body, receive), bind)
         finally:
             self._done_opening(key)
             self._done_admitting(admitted)
@@ -593,9 +371,9 @@ class McpFace:
         cut = False
         transport = self.transport
         if binding is not None and scope["method"] == "POST":
-            whole = await _read_body(receive)
-            receive = _replay(whole, receive)
-            if b"progressToken" in whole and _wants_progress(_parsed(whole), scope):
+            whole = await read_body(receive)
+            receive = replay(whole, receive)
+            if b"progressToken" in whole and _wants_progress(parsed(whole), scope):
                 transport, scope[STREAMED_SCOPE_KEY] = self.session_streaming_manager.handle_request, True
             else:
                 transport = self._plain_call(scope, whole, binding, transport_id) or transport
@@ -615,14 +393,14 @@ class McpFace:
             if not cut:
                 await send(reply)
             elif not reply.get("more_body", False) and reply["type"] == "http.response.body":
-                await _send_error(scope, send, _deleted_while_running(), _request_id(b"".join(body)))
+                await send_error(scope, send, _deleted_while_running(), request_id_of(b"".join(body)))
 
         try:
             await transport(scope, read, watch)
         except anyio.ClosedResourceError:
             # The transport was closed (a DELETE) while this request was in flight.
             if status == 0:
-                await _send_error(scope, send, Refused(404, "Session not found"))
+                await send_error(scope, send, Refused(404, "Session not found"))
         finally:
             if binding is not None:
                 binding.in_flight -= 1
@@ -634,7 +412,7 @@ class McpFace:
                 await self.close(transport_id, "deleted" if status != 404 else "reaped")
 
     def _plain_call(self, scope: Scope, body: bytes, binding: _Binding, transport_id: str) -> ASGIApp | None:
-        """An answerer for `body` if it is a plain `tools/call` of this live transport (`mcp_plain_call`)."""
+        """An answerer for `body` if it is a plain `tools/call` of this live transport (`plain_call`)."""
         if not self.answers_plain_calls:
             return None
         call = plain_call(Request(scope), body, binding.version)
@@ -659,7 +437,7 @@ class McpFace:
                 finally:
                     binding.plain_calls.discard(waiting)
             if result is None:
-                await _send_error(scope, send, _deleted_while_running(), call.request_id)
+                await send_error(scope, send, _deleted_while_running(), call.request_id)
             else:
                 await answer(call, result, transport_id)(scope, receive, send)
 
@@ -730,7 +508,7 @@ class McpFace:
                 listed = await self.calls.tools(self._path_env(ctx))
         except OrsError as exc:  # a composed tool server that did not answer
             raise MCPError(code=types.INTERNAL_ERROR, message=exc.message) from None
-        return types.ListToolsResult(tools=_tools(listed))
+        return types.ListToolsResult(tools=tool_list(listed))
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -762,12 +540,12 @@ class McpFace:
             # Current era: nothing names an episode, so no call can run; the error says how to name one.
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except _NoEpisode as exc:
-            return _error_result(str(exc))
+            return error_result(str(exc))
         except OrsError as exc:
-            return _error_result(f"'{shown}' was not run: {exc.message}")
+            return error_result(f"'{shown}' was not run: {exc.message}")
         except Exception:
             logger.exception("MCP tools/call failed")
-            return _error_result(f"'{shown}' was not run: internal server error")
+            return error_result(f"'{shown}' was not run: internal server error")
         return render(shown, result)
 
     async def _call_with_progress(
@@ -817,7 +595,7 @@ class McpFace:
         if params.name != TASK_PROMPT.name:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt {params.name!r}: the prompt is 'task'")
         blocks = await self._task_statement(ctx)
-        messages = [types.PromptMessage(role="user", content=_content(block)) for block in blocks]
+        messages = [types.PromptMessage(role="user", content=content_block(block)) for block in blocks]
         return types.GetPromptResult(description=TASK_PROMPT.description, messages=messages)
 
     async def _list_resources(
@@ -948,34 +726,6 @@ def _how_to_name(env_name: str, ctx: ServerRequestContext[Any, Any]) -> str:
     )
 
 
-class _Endpoint:
-    """The raw ASGI endpoint behind every MCP route (a class instance, so Starlette serves it as ASGI)."""
-
-    def __init__(self, face: McpFace) -> None:
-        self.face = face
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        send = _json_errors(scope, send)
-        try:
-            env_cls = self.face.registry.get(scope.get("path_params", {}).get("env"))
-            transport_id = Headers(scope=scope).get(SESSION_HEADER)
-            if scope["method"] == "POST" and transport_id is None:
-                await self.face.open(scope, receive, send, env_cls)
-            elif transport_id is not None:
-                await self.face.forward(scope, receive, send, transport_id, env_cls)
-            else:
-                await self.face.transport(scope, receive, send)
-        except OrsError as exc:
-            await _send_error(scope, send, exc)
-
-
-def routes(endpoint: ASGIApp) -> list[BaseRoute]:
-    """The face's routes, every one to `endpoint`."""
-    # methods=None: every method reaches the transport, which answers 405 as a JSON-RPC error itself.
-    paths = ("/mcp", "/{env}/mcp", "/mcp/episodes/{session_id}", "/{env}/mcp/episodes/{session_id}")
-    return [Route(path + slash, endpoint, methods=None) for path in paths for slash in ("", "/")]
-
-
 def shape() -> Face:
     """The face's routes and error renderer, without a face behind them (what a front needs to refuse): its
     routes lead nowhere, as a front never serves them."""
@@ -986,6 +736,3 @@ def face(core: Core) -> Face:
     mcp = McpFace(core.registry, core.store, core.calls, core.settings)
     core.aliases.add(mcp.key_for)  # the control plane and a front's lookups accept transport ids
     return Face("mcp", mcp.routes(), render_error, lifespan=mcp.run, state={"mcp": mcp}, names_session=names_session)
-
-
-__all__ = ["McpFace", "face", "render", "render_error", "rpc_error"]
