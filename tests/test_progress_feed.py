@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from ors_server.calls import Progress
-from ors_server.progress import PROGRESS_KEPT, ProgressFeed
+from ors_server.faces.progress import PROGRESS_KEPT, ProgressFeed
 
 pytestmark = pytest.mark.anyio
 

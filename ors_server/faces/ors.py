@@ -35,7 +35,7 @@ from ors_server.errors import (
 )
 from ors_server.faces import Core, Face, Naming, header_key, sse, wirejson
 from ors_server.faces.openapi import Endpoint, openapi_document
-from ors_server.progress import ProgressFeed
+from ors_server.faces.progress import ProgressFeed
 from ors_server.records.labels import HEADER as LABELS_HEADER
 from ors_server.records.labels import parse_header as parse_labels
 from ors_server.registry import Registry

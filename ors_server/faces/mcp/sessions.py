@@ -63,10 +63,10 @@ from ors_server.faces.mcp.wire import (
     render_error,
     tool_list,
 )
+from ors_server.faces.progress import ProgressFeed
 from ors_server.faces.tagging import public_id, tagged_transport
 from ors_server.ids import split, worker_tag
 from ors_server.internals import hold_idle, sdk_transport
-from ors_server.progress import ProgressFeed
 from ors_server.records.labels import HEADER as LABELS_HEADER
 from ors_server.records.labels import checked, merged
 from ors_server.records.labels import parse_header as parse_labels
