@@ -17,6 +17,7 @@ from ors_server.environment import Environment
 from ors_server.loading import LoadError, resolve_environments, spec_forms
 from ors_server.records.db import resolve as resolve_records
 from ors_server.registry import Registry
+from ors_server.sandboxes.confinement import Confinement
 from ors_server.settings import Flag, Settings, serve_flags
 from ors_server.types import Split
 
@@ -235,7 +236,10 @@ def _envs(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace) -> None:
     """`ors-server serve`."""
-    environments = _load(args.env, args.log_level == "debug")
+    confined = None
+    with contextlib.suppress(ValueError):  # a bad setting is reported below, where the settings are built
+        confined = Confinement.of(Settings.from_env(**_settings_of(args)))
+    environments = _load(args.env, args.log_level == "debug", confined)
     from ors_server import internals
     from ors_server.http.server import Server
 
@@ -309,10 +313,10 @@ def _settings_of(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def _load(specs: Sequence[str], debug: bool) -> list[type[Environment]]:
+def _load(specs: Sequence[str], debug: bool, confined: Confinement | None = None) -> list[type[Environment]]:
     """The environments `specs` name, checked as a server would check them."""
     with _load_errors(debug):
-        environments = resolve_environments(specs)
+        environments = resolve_environments(specs, confined=confined)
         Registry(environments)
     return environments
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from ors_server import hosting
 from ors_server.environment import Environment
 from ors_server.registry import Registry
+from ors_server.sandboxes.confinement import Confinement
 
 
 class LoadError(Exception):
@@ -31,9 +32,12 @@ def builtin_environments() -> list[type[Environment]]:
     return list(BUILTIN_ENVIRONMENTS)
 
 
-def resolve_environments(specs: Sequence[str], app_dir: str | None = None) -> list[type[Environment]]:
+def resolve_environments(
+    specs: Sequence[str], app_dir: str | None = None, confined: Confinement | None = None
+) -> list[type[Environment]]:
     """The environments `specs` name (all built-ins for none): built-in names, case-insensitive, or
-    `package.module:Class`, imported from `app_dir` (default: the working directory) before `sys.path`."""
+    `package.module:Class`, imported from `app_dir` (default: the working directory) before `sys.path`. A hosted
+    one is described by a host process confined as `confined` says (default: as the environment's settings say)."""
     builtins = {env_cls.name.lower(): env_cls for env_cls in builtin_environments()}
     if not specs:
         return list(builtins.values())
@@ -44,7 +48,7 @@ def resolve_environments(specs: Sequence[str], app_dir: str | None = None) -> li
             resolved.extend(reasoning_gym_environments(spec, app_dir))
         elif prefix in hosting.FRAMEWORKS:
             try:
-                resolved.append(hosting.load(prefix, rest, app_dir))
+                resolved.append(hosting.load(prefix, rest, app_dir, confined))
             except hosting.HostLoadError as exc:
                 raise LoadError(str(exc)) from None
         elif ":" in spec:

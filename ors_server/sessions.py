@@ -57,6 +57,7 @@ from ors_server.masking import Masker
 from ors_server.runtime.lazy_event import LazyEvent
 from ors_server.runtime.resources import Runtime
 from ors_server.runtime.worker_threads import run_in_thread
+from ors_server.sandboxes.confinement import Confinement
 from ors_server.settings import Settings
 from ors_server.types import Blocks
 
@@ -189,6 +190,8 @@ class SessionStore:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.confined = Confinement.of(settings)
+        """How the processes of environments' stdio tool servers are confined."""
         self._sessions: dict[str, Session] = {}
         self._tombstones: OrderedDict[str, Ending] = OrderedDict()
         """Ids of sessions deleted or reaped lately, oldest first, and how each ended: they answer 410 rather
@@ -473,7 +476,7 @@ class SessionStore:
     async def _open_toolbox(self, session: Session, episode: Episode) -> None:
         """Connect the episode to its environment's tool servers (and list their tools, the first time)."""
         assert self.runtime.task_group is not None
-        toolbox = Toolbox(session.env_cls.mcp_servers, self.settings.tool_server_log_bytes)
+        toolbox = Toolbox(session.env_cls.mcp_servers, self.settings.tool_server_log_bytes, self.confined)
         episode.connected(toolbox)
         await toolbox.open(self.runtime.task_group, self.settings.tool_server_start_timeout)
         await self.runtime.load_catalogue(session.env_cls, toolbox)

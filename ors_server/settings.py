@@ -176,6 +176,26 @@ class Hosts:
         8 * 1024**3, "address space of one host process (RLIMIT_AS)", rule="at_least_1", metavar="BYTES"
     )
     """Address space of each host process (RLIMIT_AS, set by the process on itself before it imports user code)."""
+    host_tmp_bytes: int = setting(
+        64 * 1024 * 1024,
+        "size of the private /tmp of a host process or stdio tool server, the only place it can write",
+        rule="at_least_1",
+        metavar="BYTES",
+    )
+    """The size of the `/tmp` tmpfs (memory) of each sandboxed host process and stdio tool server process
+    (`ors_server.sandboxes.confinement`)."""
+    host_paths: tuple[str, ...] = setting(
+        (),
+        "a host path shown read-only to host processes and stdio tool servers besides what they need to start; "
+        "repeat for more",
+        flag="--host-path",
+        metavar="PATH",
+        shown="none",
+    )
+    """More host paths (a dataset, a cache) shown read-only to sandboxed host processes and stdio tool servers."""
+    host_sandbox: str = setting("bwrap", choices=("bwrap", "none"))
+    """How host processes and stdio tool servers are confined: 'bwrap', or 'none' (uid 65534 only, when the server
+    is root; `ORS_HOST_SANDBOX=none`)."""
     host_start_timeout: float = setting(120.0, rule="positive")
     """Seconds a host process may take to start and load its environment class."""
 
@@ -468,7 +488,8 @@ class Settings(Scale, Records, Sandbox, Network, Hosts, Pools, Limits):
     @classmethod
     def from_json(cls, values: dict[str, Any]) -> Settings:
         """Settings sent by `to_json` (JSON lists back to tuples), the API key from the environment."""
-        return cls.from_env(**{**values, "allowed_hosts": tuple(values["allowed_hosts"])})
+        lists = {spec.name for spec in dataclasses.fields(cls) if isinstance(spec.default, tuple)}
+        return cls.from_env(**{name: tuple(v) if name in lists else v for name, v in values.items()})
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -485,6 +506,8 @@ class Settings(Scale, Records, Sandbox, Network, Hosts, Pools, Limits):
             overrides.pop("ui_secret", None)  # a new one, unless the deployment's is in the environment
             if os.environ.get(UI_SECRET_VARIABLE):
                 overrides["ui_secret"] = os.environ[UI_SECRET_VARIABLE]
+        if overrides.get("host_sandbox") is None and os.environ.get("ORS_HOST_SANDBOX"):
+            overrides["host_sandbox"] = os.environ["ORS_HOST_SANDBOX"].strip().lower()
         if overrides.get("codeact_sandbox") is None and os.environ.get("ORS_CODEACT_SANDBOX"):
             overrides["codeact_sandbox"] = os.environ["ORS_CODEACT_SANDBOX"].strip().lower()
         return cls(**overrides)  # type: ignore[arg-type]

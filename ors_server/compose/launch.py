@@ -1,11 +1,16 @@
-"""Run a tool server's command as an unprivileged user: `python -I -S launch.py UID COMMAND...`, started as root.
+"""Run a command as an unprivileged user: `python -I -S launch.py UID [--show PATH]... COMMAND...`, started as root.
 
 Drops to uid/gid UID with no supplementary groups and `no_new_privs`, then execs COMMAND (same pid, so the process
-group the server kills is still this one). A command that lies under a directory UID may not enter (a Python
-installed under `/root`, mode 0700) could not start as UID; for such a path this first makes a mount namespace of
-the process's own in which that directory is an empty read-only tmpfs showing only the needed entry, bound from the
-host. The rest of that directory stays hidden, and the host's mounts are untouched. Where a namespace cannot be made
-(no CAP_SYS_ADMIN, as in a default container), the command starts without one, and fails if UID cannot reach it.
+group the server kills is still this one). A path the command needs (its program, its installation, its virtual
+environment, the working directory, and each `--show PATH`) that lies under a directory UID may not enter (a Python
+installed under `/root`, mode 0700) could not be reached as UID; for such a path this first makes a mount namespace
+of the process's own in which that directory is an empty read-only tmpfs showing only the needed entry, bound from
+the host, and so on down the path, one closed directory after another. The rest of each such directory stays
+hidden, and the host's mounts are untouched. Where a namespace cannot be made (no CAP_SYS_ADMIN, as in a default
+container), the command starts without one, and fails if UID cannot reach what it needs.
+
+The host sandbox (`ors_server.sandboxes.confinement`) runs bubblewrap through this when the server is root, with
+the paths it binds as `--show`: bubblewrap, started as UID, can then reach them.
 
 Standard library only, and nothing of `ors_server` imported: this runs before the ids are dropped.
 """
@@ -47,23 +52,35 @@ def needed(command: list[str]) -> list[str]:
     return [real, os.path.dirname(os.path.dirname(real)), os.path.dirname(os.path.dirname(program)), os.getcwd()]
 
 
+MAX_DEPTH = 16
+"""Closed directories opened one below another on the way to one path, at most."""
+
+
 def expose(paths: list[str]) -> None:
-    """In a new mount namespace, replace each blocking directory by a tmpfs showing only the entries needed."""
-    plan: dict[str, set[str]] = {}
-    for path in paths:
-        found = blocked(path)
-        if found is not None:
-            plan.setdefault(found[0], set()).add(found[1])
-    if not plan:
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNS) != 0:
-        print(
-            f"launch: no mount namespace ({os.strerror(ctypes.get_errno())}): {sorted(plan)} stay closed",
-            file=sys.stderr,
-        )
-        return
-    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    """In a new mount namespace, replace each blocking directory by a tmpfs showing only the entries needed, again
+    for the next blocking directory below, until every path can be reached."""
+    libc: ctypes.CDLL | None = None
+    for _ in range(MAX_DEPTH):
+        plan: dict[str, set[str]] = {}
+        for path in paths:
+            found = blocked(path)
+            if found is not None:
+                plan.setdefault(found[0], set()).add(found[1])
+        if not plan:
+            return
+        if libc is None:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(CLONE_NEWNS) != 0:
+                print(
+                    f"launch: no mount namespace ({os.strerror(ctypes.get_errno())}): {sorted(plan)} stay closed",
+                    file=sys.stderr,
+                )
+                return
+            _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+        _open_up(libc, plan)
+
+
+def _open_up(libc: ctypes.CDLL, plan: dict[str, set[str]]) -> None:
     for directory, entries in plan.items():
         held = {entry: os.open(os.path.join(directory, entry), os.O_PATH) for entry in entries}
         _mount(libc, "tmpfs", directory, "tmpfs", 0, "mode=0755,size=64k")
@@ -85,8 +102,13 @@ def _mount(libc: ctypes.CDLL, source: str | None, target: str, kind: str | None,
 
 
 def main(arguments: list[str]) -> None:
-    agent, command = int(arguments[0]), arguments[1:]
-    expose(needed(command))
+    agent, rest = int(arguments[0]), arguments[1:]
+    shown: list[str] = []
+    while rest[:1] == ["--show"]:
+        shown.append(rest[1])
+        rest = rest[2:]
+    command = rest
+    expose(needed(command) + shown)
     os.setgroups([])
     os.setgid(agent)
     os.setuid(agent)

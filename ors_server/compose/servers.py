@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # annotations only: importing them at run time is what `conne
     from mcp import ClientSession
 
     from ors_server.compose.stdio import ServerProcess
+    from ors_server.sandboxes.confinement import Confinement
 
 STDERR_LOG_BYTES = 16 * 1024
 """The default of `--tool-server-log-bytes`: how much of one stdio tool server process's stderr is logged."""
@@ -46,9 +47,10 @@ class StdioServer:
 
     `command` is the program and its arguments, e.g. `[sys.executable, "-m", "mypackage.tools"]`. `env` adds
     environment variables to the server's (the server process inherits the default MCP environment, not the
-    whole of ours). The process runs in a process group of its own, as uid 65534 when the server is root; the
-    group is killed (SIGKILL) when the episode ends and when a call to the server times out (the next call
-    starts it again). Its stderr goes to the server's log, bounded (`ors_server.compose.stdio`).
+    whole of ours). The process runs in a process group of its own, in the sandbox of `ors_server.sandboxes.confinement`
+    (it sees only its program, its installation, the working directory and `cwd`, read-only, and writes only to
+    its own `/tmp`); the group is killed (SIGKILL) when the episode ends and when a call to the server times out
+    (the next call starts it again). Its stderr goes to the server's log, bounded (`ors_server.compose.stdio`).
     """
 
     name: str
@@ -62,14 +64,17 @@ class StdioServer:
             raise ValueError(f"tool server {self.name!r} needs a command")
 
     @asynccontextmanager
-    async def connect(self, log_bytes: int = STDERR_LOG_BYTES) -> AsyncIterator[Connected]:
-        """A started process and an initialized MCP client session over its stdio."""
+    async def connect(
+        self, log_bytes: int = STDERR_LOG_BYTES, confined: Confinement | None = None
+    ) -> AsyncIterator[Connected]:
+        """A started process, confined as `confined` says, and an initialized MCP client session over its stdio."""
         from mcp import ClientSession, types
 
         from ors_server.compose.stdio import open_stdio
 
         client_info = types.Implementation(name="ors-server", version="compose")
-        async with open_stdio(self.name, self.command, self.env, self.cwd, log_bytes) as ((read, write), process):
+        opened = open_stdio(self.name, self.command, self.env, self.cwd, log_bytes, confined)
+        async with opened as ((read, write), process):
             async with ClientSession(read, write, client_info=client_info) as session:
                 await session.initialize()
                 yield Connected(session, process)
@@ -92,8 +97,10 @@ class HttpServer:
             raise ValueError(f"tool server {self.name!r} needs an http:// or https:// url, got {self.url!r}")
 
     @asynccontextmanager
-    async def connect(self, log_bytes: int = STDERR_LOG_BYTES) -> AsyncIterator[Connected]:
-        """An initialized MCP client session (a transport session of the server)."""
+    async def connect(
+        self, log_bytes: int = STDERR_LOG_BYTES, confined: Confinement | None = None
+    ) -> AsyncIterator[Connected]:
+        """An initialized MCP client session (a transport session of the server; `confined` is for processes)."""
         import httpx2
         from mcp import ClientSession, types
         from mcp.client.streamable_http import streamable_http_client

@@ -6,11 +6,12 @@ and the server's stderr went straight to ours. This transport speaks the same ne
 - Its own process group (a new session), killed whole with SIGKILL when the episode ends or a call to it times out,
   so nothing it started keeps running. (A process that starts a session of its own escapes the group: a tool
   server is the environment author's code, not a sandbox.)
-- An unprivileged user: when the server runs as root the process runs as uid/gid 65534 (nobody), because a tool
-  server works on what the agent sends. The ids are dropped by a short Python prefix that then execs the command
-  (the event loop, uvloop, cannot change a child's user); where the command lies under a directory 65534 cannot
-  enter (a Python installed under `/root`), the prefix first shows it that path alone in a mount namespace of the
-  process's own (see `launch.py`).
+- Confinement: the process runs in the sandbox host processes get (`ors_server.sandboxes.confinement`: uid/gid
+  65534, its own pid and mount namespaces, read-only views of only what it needs, a private `/tmp`, `no_new_privs`,
+  the seccomp filter), because a tool server works on what the agent sends. With `ORS_HOST_SANDBOX=none` it runs
+  as uid/gid 65534 when the server is root, nothing more: a short Python prefix (`launch.py`) drops the ids and
+  execs the command (the event loop, uvloop, cannot change a child's user), first showing it, in a mount namespace
+  of its own, a command that lies under a directory 65534 cannot enter.
 - Its stderr read into the server's log line by line, at most `log_bytes` bytes per process (`--tool-server-log-bytes`),
   then one line saying how much more was dropped: a tool server that floods stderr costs the log a bounded amount.
 """
@@ -19,8 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -32,8 +31,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from ors_server.compose import launch
-from ors_server.sandboxes.bubblewrap import AGENT_ID
+from ors_server.sandboxes import confinement
+from ors_server.sandboxes.confinement import Confinement
 
 logger = logging.getLogger("ors_server.compose")
 
@@ -97,15 +96,7 @@ class ServerProcess:
         self.pid = process.pid  # the group's id too: the process leads a new session
 
     def kill(self) -> None:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-
-
-def argv(command: Sequence[str]) -> list[str]:
-    """The command line that starts `command` as 65534 when the server is root (as itself otherwise)."""
-    if os.geteuid() != 0:
-        return list(command)
-    return [os.path.realpath(sys.executable), "-I", "-S", launch.__file__, str(AGENT_ID), *command]
+        confinement.kill(self.pid)
 
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
@@ -113,13 +104,20 @@ Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObj
 
 @asynccontextmanager
 async def open_stdio(
-    name: str, command: Sequence[str], env: Mapping[str, str] | None, cwd: str | None, log_bytes: int
+    name: str,
+    command: Sequence[str],
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    log_bytes: int,
+    confined: Confinement | None = None,
 ) -> AsyncIterator[tuple[Streams, ServerProcess]]:
-    """Start the tool server and bridge its stdio to an MCP client session's streams; on exit (however it comes),
-    kill its process group and reap it."""
-    process = await anyio.open_process(
-        argv(command), env={**get_default_environment(), **(env or {})}, cwd=cwd, start_new_session=True
-    )
+    """Start the tool server, confined as `confined` says (default: in the sandbox), and bridge its stdio to an MCP
+    client session's streams; on exit (however it comes), kill its process group and reap it."""
+    environment = {**get_default_environment(), **(env or {})}
+    with confinement.launched(command, environment, cwd or os.getcwd(), confined or Confinement()) as how:
+        process = await anyio.open_process(
+            how.argv, env=how.env, cwd=how.cwd, start_new_session=True, pass_fds=how.pass_fds
+        )
     server = ServerProcess(process)
     stderr = StderrLog(name, server.pid, log_bytes)
     to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)

@@ -13,6 +13,7 @@ from mcp import ClientSession, types
 
 from ors_server.compose.servers import STDERR_LOG_BYTES, ToolServer
 from ors_server.compose.stdio import ServerProcess
+from ors_server.sandboxes.confinement import Confinement
 
 logger = logging.getLogger("ors_server.compose")
 
@@ -25,9 +26,10 @@ class _Connection:
     """One server's client session, owned by a task of its own: the SDK's transports are task-scoped context
     managers, so the task that opened one must be the task that closes it."""
 
-    def __init__(self, server: ToolServer, log_bytes: int) -> None:
+    def __init__(self, server: ToolServer, log_bytes: int, confined: Confinement | None) -> None:
         self.server = server
         self.log_bytes = log_bytes
+        self.confined = confined
         self.client: ClientSession | None = None
         self.process: ServerProcess | None = None
         self.launched = False
@@ -42,7 +44,7 @@ class _Connection:
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + within) as scope:
                 self._starting = scope
-                async with self.server.connect(self.log_bytes) as connected:
+                async with self.server.connect(self.log_bytes, self.confined) as connected:
                     scope.deadline = math.inf  # connected: from here on the connection lives until `stop`
                     self._starting = None
                     self.client, self.process, started = connected.client, connected.process, True
@@ -87,9 +89,11 @@ def _describe(exc: BaseException) -> str:
 class Toolbox:
     """The open connections of one episode: `open` at setup, `call` per tool call, `close` at teardown."""
 
-    def __init__(self, servers: Sequence[ToolServer], log_bytes: int = STDERR_LOG_BYTES) -> None:
+    def __init__(
+        self, servers: Sequence[ToolServer], log_bytes: int = STDERR_LOG_BYTES, confined: Confinement | None = None
+    ) -> None:
         self.log_bytes = log_bytes
-        self._connections = {server.name: _Connection(server, log_bytes) for server in servers}
+        self._connections = {server.name: _Connection(server, log_bytes, confined) for server in servers}
         self._task_group: anyio.abc.TaskGroup | None = None
         self._within = 0.0
         self._closed = False
@@ -161,7 +165,7 @@ class Toolbox:
             await old.stopped.wait()  # its process reaped before another starts
         if self._closed:
             return  # the episode ended meanwhile: `_client` answers that the server is not running
-        new = _Connection(old.server, self.log_bytes)
+        new = _Connection(old.server, self.log_bytes, old.confined)
         self._connections[server] = new
         new.launched = True
         await self._task_group.start(new.run, self._within)

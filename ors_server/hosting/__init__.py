@@ -27,6 +27,7 @@ from ors_server.environment import Environment
 from ors_server.hosting.environment import HostedEnvironment, HostedOutput, HostedTool, Refusal, hosted_class
 from ors_server.hosting.pool import HostPool
 from ors_server.hosting.process import HostError, HostFailed, HostProcess, HostSpec, describe_once, parse_python
+from ors_server.sandboxes.confinement import Confinement
 from ors_server.sessions import SessionStore
 from ors_server.settings import Settings
 
@@ -47,8 +48,11 @@ class HostLoadError(Exception):
     """A hosted `--env` spec that cannot be served (the message is one line, for the user)."""
 
 
-def load(prefix: str, rest: str, app_dir: str | None = None) -> type[HostedEnvironment]:
-    """The class `PREFIX:MODULE:CLASS[@PYTHON]` names: a host process is started to describe it."""
+def load(
+    prefix: str, rest: str, app_dir: str | None = None, confined: Confinement | None = None
+) -> type[HostedEnvironment]:
+    """The class `PREFIX:MODULE:CLASS[@PYTHON]` names: a host process, confined as `confined` says (default: as
+    settings from the environment say), is started to describe it."""
     spec_text = f"{prefix}:{rest}"
     target, _, python = rest.partition("@")
     # `?key=value&...` after the class: options for the adapter (OpenEnv's `?action=module:Class`).
@@ -62,7 +66,11 @@ def load(prefix: str, rest: str, app_dir: str | None = None) -> type[HostedEnvir
     except HostFailed as exc:
         raise HostLoadError(f"--env '{spec_text}': {exc}") from None
     cwd = os.path.abspath(os.getcwd() if app_dir is None else app_dir)
-    spec = HostSpec(FRAMEWORKS[prefix], target, interpreter, cwd, options=options)
+    try:
+        confined = confined or Confinement.of(Settings.from_env())
+    except ValueError as exc:
+        raise HostLoadError(f"--env '{spec_text}': {exc}") from None
+    spec = HostSpec(FRAMEWORKS[prefix], target, interpreter, cwd, options=options, confinement=confined)
     known = json.loads(os.environ.get(DESCRIPTIONS, "{}"))
     key = json.dumps([spec.framework, target, interpreter, cwd, options])
     if key in known:

@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 
 from ors_server.hosting.process import HostFailed, HostProcess, HostSpec, reply_limit
+from ors_server.sandboxes.confinement import Confinement
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.hosting")
@@ -32,6 +33,7 @@ class HostPool:
             memory_bytes=settings.host_memory_bytes,
             log_bytes=settings.tool_server_log_bytes,
             reply_bytes=reply_limit(settings.max_output_chars),
+            confinement=Confinement.of(settings),
         )
         self.settings = settings
         self.hosts: list[HostProcess] = []

@@ -3,9 +3,10 @@
 The wire is `ors_server.hosting.host`'s (length-prefixed JSON frames, requests matched to answers by id). A host
 process:
 
-- runs as uid/gid 65534 when the server is root, through the tool-server launcher (`compose/launch.py`: no
-  supplementary groups, `no_new_privs`, and a private mount namespace that shows it its interpreter and venv when
-  they lie under a directory 65534 may not enter, such as `/root`), in a process group of its own;
+- is confined as `ors_server.sandboxes.confinement` says (the sandbox CodeAct steps and shell sessions get, from
+  the same builder: uid/gid 65534, its own pid and mount namespaces, read-only views of only what it needs, a private
+  `/tmp`, `no_new_privs` and the seccomp filter), in a process group of its own; with `ORS_HOST_SANDBOX=none`,
+  as uid 65534 when the server is root and nothing more;
 - starts with rlimits set on itself before it imports anything of the user's: address space
   (`--host-memory-bytes`), no core files;
 - sees the server's environment variables except `ORS_*` (the API key and the server's settings);
@@ -44,9 +45,9 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ors_server.compose import launch
 from ors_server.compose.stdio import REAP_WAIT, StderrLog
-from ors_server.sandboxes.bubblewrap import AGENT_ID
+from ors_server.sandboxes.confinement import Confinement, Launch, SandboxUnavailable, launch, launched
+from ors_server.sandboxes.confinement import kill as kill_sandbox
 
 logger = logging.getLogger("ors_server.hosting")
 
@@ -99,18 +100,20 @@ class HostSpec:
     reply_bytes: int = reply_limit(16 * 1024 * 1024)
     """The longest reply to anything but a listing (`reply_limit(--max-output-chars)`)."""
     options: Mapping[str, Any] = field(default_factory=dict)
+    confinement: Confinement = field(default_factory=Confinement)
 
     @property
     def label(self) -> str:
         return f"{self.framework}:{self.target}"
 
-    def argv(self) -> list[str]:
-        """The command line of a host process: as 65534 through the launcher when the server is root."""
+    def command(self) -> list[str]:
+        """The host's own command line (the interpreter and the bootstrap)."""
         limits = json.dumps({"RLIMIT_AS": self.memory_bytes, "RLIMIT_CORE": 0})
-        command = [self.python, "-c", BOOTSTRAP, limits]
-        if os.geteuid() != 0:
-            return command
-        return [os.path.realpath(sys.executable), "-I", "-S", launch.__file__, str(AGENT_ID), *command]
+        return [self.python, "-c", BOOTSTRAP, limits]
+
+    def launch(self) -> Launch:
+        """How to start a host process, confined (close its fds once it has started)."""
+        return launch(self.command(), self.environ(), self.cwd, self.confinement)
 
     def environ(self) -> dict[str, str]:
         # Not the server's settings nor its API key: a host runs code that agents reach. A foreign interpreter
@@ -169,15 +172,19 @@ def describe_once(spec: HostSpec, timeout: float) -> dict[str, Any]:
     loading, before any event loop). Raises HostError("LoadFailed", ...) or HostFailed, each with one line."""
     with tempfile.TemporaryFile() as stderr:
         try:
-            process = subprocess.Popen(
-                spec.argv(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                cwd=spec.cwd,
-                env=spec.environ(),
-                start_new_session=True,
-            )
+            with launched(spec.command(), spec.environ(), spec.cwd, spec.confinement) as how:
+                process = subprocess.Popen(
+                    how.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    cwd=how.cwd,
+                    env=how.env,
+                    start_new_session=True,
+                    pass_fds=how.pass_fds,
+                )
+        except SandboxUnavailable as exc:
+            raise HostFailed(str(exc)) from None
         except OSError as exc:
             raise HostFailed(f"cannot start {spec.python}: {exc.strerror or exc}") from None
         try:
@@ -271,7 +278,16 @@ class HostProcess:
         """Start the process and load the target (reported started then), then pump its output until it ends.
         Run it as a task of the pool; cancelling the task kills the process."""
         spec = self.spec
-        process = await anyio.open_process(spec.argv(), cwd=spec.cwd, env=spec.environ(), start_new_session=True)
+        try:
+            how = spec.launch()
+        except SandboxUnavailable as exc:
+            raise HostFailed(str(exc)) from None
+        try:
+            process = await anyio.open_process(
+                how.argv, cwd=how.cwd, env=how.env, start_new_session=True, pass_fds=how.pass_fds
+            )
+        finally:
+            how.close()
         self.process, self.pid = process, process.pid
         assert process.stdin is not None
         with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
@@ -371,8 +387,7 @@ class HostProcess:
     def kill(self) -> None:
         """Kill the process and everything it started (its group), at once."""
         if self.pid:
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
+            kill_sandbox(self.pid)
 
 
 def parse_python(python: str | None) -> str:

@@ -1,6 +1,8 @@
-"""The one builder of the sandboxes agent code runs in: CodeAct steps (`codeact/`) and shell sessions (`shell`).
+"""The one builder of the sandboxes agent code runs in: CodeAct steps (`codeact/`), shell sessions (`shell`), and
+the processes of environments' own code, host processes and stdio tool servers (`confinement.py`).
 
-Both run their process under bubblewrap with the same hardening, built here and nowhere else:
+All run their process under bubblewrap with the same hardening, built here and nowhere else (host processes and
+tool servers keep the host's network, and may start processes):
 
 - Who. Every sandbox runs as uid/gid 65534 (nobody) inside fresh user, pid, network, IPC, UTS and cgroup
   namespaces. When the server runs as root, bubblewrap itself is started as 65534 (`spawn_ids`), so the agent is
@@ -172,30 +174,39 @@ def bwrap_argv(
     read_only: Sequence[str],
     tmp_bytes: int,
     chdir: str,
-    env: Mapping[str, str],
+    env: Mapping[str, str] | None,
     writable: Sequence[tuple[str, str]] = (),
     seccomp_fd: int | None = None,
     flags: Sequence[str] = (),
+    share_net: bool = False,
+    more: Sequence[str] = (),
 ) -> list[str]:
     """The bubblewrap command that runs `command` with the hardening of the module's docstring.
 
     `read_only`: host paths shown at the same place (see `root_links`); `writable`: (host path, path inside)
-    binds the sandbox may write; `flags`: more bubblewrap flags (`optional_flags()`)."""
+    binds the sandbox may write; `flags`: more bubblewrap flags (`optional_flags()`); `env`: the command's whole
+    environment, or None for bubblewrap's own (what it was started with); `share_net`: keep the host's network
+    (processes of an environment's own code, `ors_server.sandboxes.confinement`); `more`: mount arguments applied after
+    `/tmp` and the writable binds (read-only binds by fd, which may lie under `/tmp`)."""
     bwrap = shutil.which("bwrap") or "bwrap"
     argv = [
         bwrap,
         *("--unshare-all", "--unshare-user", "--uid", str(AGENT_ID), "--gid", str(AGENT_ID)),
+        *(("--share-net",) if share_net else ()),
         *("--die-with-parent", "--new-session", "--cap-drop", "ALL", *flags),
         *root_links(read_only),
         *("--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp"),
     ]
     for host, inside in writable:
         argv += ["--bind", host, inside]
+    argv += more
     # Last, once every mount point exists: these remounts are not recursive, so /tmp and the writable binds stay so.
     argv += ["--remount-ro", "/proc", "--remount-ro", "/dev", "--remount-ro", "/"]
-    argv += ["--chdir", chdir, "--clearenv"]
-    for key, value in env.items():
-        argv += ["--setenv", key, value]
+    argv += ["--chdir", chdir]
+    if env is not None:
+        argv.append("--clearenv")
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     return [*argv, "--", *command]

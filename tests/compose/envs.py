@@ -59,8 +59,12 @@ def composed(
     return Composed
 
 
+WRAPPERS = (b"bwrap", b"setpriv")
+"""The processes a sandboxed server runs under (bubblewrap and its init, the id-dropping prefix): not counted."""
+
+
 def server_pids(tag: str) -> list[int]:
-    """Live (not zombie) processes whose command line carries `tag`."""
+    """Live (not zombie) processes whose command line carries `tag`, but the sandbox's own."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -72,9 +76,22 @@ def server_pids(tag: str) -> list[int]:
                 state = f.read().rpartition(")")[2].split()[0]
         except OSError:
             continue
-        if tag.encode() in cmdline.split(b"\0") and state != "Z":
+        parts = cmdline.split(b"\0")
+        if tag.encode() in parts and state != "Z" and os.path.basename(parts[0]) not in WRAPPERS:
             pids.append(int(entry))
     return pids
+
+
+def pid_of(tag: str, name: str) -> int:
+    """The pid of the tagged server process named `name` (what its `pid` tool answers)."""
+    for pid in server_pids(tag):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == name:
+                    return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no live tool server process named {name!r}")
 
 
 def wait_for_pids(tag: str, count: int, within: float = 20.0) -> list[int]:

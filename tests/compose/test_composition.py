@@ -15,7 +15,7 @@ import pytest
 from websockets.sync.client import connect
 
 from ors_server import Environment, HttpServer, StdioServer
-from tests.compose.envs import composed, new_tag, server_pids, stdio, wait_for_pids
+from tests.compose.envs import composed, new_tag, pid_of, server_pids, stdio, wait_for_pids
 from tests.compose.tool_server import http_app
 from tests.faces.mcp_helpers import mcp_client
 from tests.ors_envs import Live, call_result, live_server, parse_sse, post_sse, sid_header
@@ -23,7 +23,15 @@ from tests.serving import serve
 
 pytestmark = pytest.mark.anyio
 
-LOCAL_TOOLS = ["local__echo", "local__pid", "local__remember", "local__recall", "local__hang", "local__crash"]
+LOCAL_TOOLS = [
+    "local__echo",
+    "local__pid",
+    "local__read",
+    "local__remember",
+    "local__recall",
+    "local__hang",
+    "local__crash",
+]
 
 
 def serving(envs: list[type[Environment]], **settings: Any) -> Any:
@@ -124,7 +132,7 @@ def test_each_episode_has_a_server_process_of_its_own(tag: str) -> None:
             create(live, "composed", sid)
             ors_call(live, "composed", sid, "local__remember", {"note": f"note of {sid}"})
         recalled = {sid: text_of(ors_call(live, "composed", sid, "local__recall")) for sid in ("a", "b")}
-        pids = {sid: int(text_of(ors_call(live, "composed", sid, "local__pid"))) for sid in ("a", "b")}
+        pids = {sid: pid_of(tag, text_of(ors_call(live, "composed", sid, "local__pid"))) for sid in ("a", "b")}
         live_pids = server_pids(tag)
     assert recalled == {"a": "note of a", "b": "note of b"}
     assert pids["a"] != pids["b"] and set(pids.values()) <= set(live_pids)
@@ -182,7 +190,7 @@ def test_a_server_that_never_answers_fails_setup_at_the_timeout_and_is_ended(tag
 def test_delete_ends_the_server_process_before_it_answers(tag: str) -> None:
     with serving([composed([stdio(tag)])]) as live:
         create(live, "composed", "s1")
-        pid = int(text_of(ors_call(live, "composed", "s1", "local__pid")))
+        pid = pid_of(tag, text_of(ors_call(live, "composed", "s1", "local__pid")))
         assert pid in server_pids(tag)
         assert live.client.post("/delete", headers=sid_header("s1")).status_code == 200
         assert server_pids(tag) == []

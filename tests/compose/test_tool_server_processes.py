@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from ors_server import StdioServer
-from tests.compose.envs import composed, new_tag, server_pids, stdio, wait_for_pids
+from tests.compose.envs import composed, new_tag, pid_of, server_pids, stdio, wait_for_pids
 from tests.compose.test_composition import create, ors_call, serving, text_of
 from tests.ors_envs import sid_header
 
@@ -53,11 +53,11 @@ def test_sessions_ended_while_their_servers_start_leave_no_process(tag: str) -> 
 def test_a_runaway_call_times_out_and_its_process_is_killed_then_the_next_call_starts_a_new_one(tag: str) -> None:
     with serving([composed([stdio(tag)])], tool_server_timeout=2.0) as live:
         create(live, "composed", "s1")
-        first = int(text_of(ors_call(live, "composed", "s1", "local__pid")))
+        first = pid_of(tag, text_of(ors_call(live, "composed", "s1", "local__pid")))
         spun = ors_call(live, "composed", "s1", "local__spin")
         assert spun["ok"] is False and "did not finish within 2 s" in spun["error"], spun
         assert first not in wait_for_pids(tag, 0, within=10.0), "the runaway process still runs"
-        second = int(text_of(ors_call(live, "composed", "s1", "local__pid")))
+        second = pid_of(tag, text_of(ors_call(live, "composed", "s1", "local__pid")))
         assert second != first and server_pids(tag) == [second]
 
 
@@ -79,10 +79,22 @@ def test_a_tool_servers_stderr_reaches_the_log_only_up_to_its_budget(tag: str, c
 def test_a_stdio_tool_server_of_a_root_server_runs_as_nobody(tag: str) -> None:
     with serving([composed([stdio(tag)])]) as live:
         create(live, "composed", "s1")
-        pid = int(text_of(ors_call(live, "composed", "s1", "local__pid")))
+        pid = pid_of(tag, text_of(ors_call(live, "composed", "s1", "local__pid")))
         with open(f"/proc/{pid}/status") as status:
             ids = {line.split(":")[0]: line.split()[1:] for line in status if line.startswith(("Uid", "Gid", "Groups"))}
     assert ids["Uid"] == ["65534"] * 4 and ids["Gid"] == ["65534"] * 4 and ids["Groups"] == []
+
+
+def test_a_stdio_tool_server_sees_neither_the_servers_command_line_nor_other_processes(tag: str) -> None:
+    # Issue 31 item 1: a tool server ran with the host's /proc and files in view, as a host process did.
+    with serving([composed([stdio(tag)])]) as live:
+        create(live, "composed", "s1")
+        create(live, "composed", "s2")
+        other = pid_of(tag, text_of(ors_call(live, "composed", "s2", "local__pid")))
+        for path in (f"/proc/{os.getpid()}/cmdline", f"/proc/{other}/environ", "/etc/shadow"):
+            seen = text_of(ors_call(live, "composed", "s1", "local__read", {"path": path}))
+            assert seen.startswith("refused"), (path, seen)
+        assert text_of(ors_call(live, "composed", "s1", "local__read", {"path": __file__})).startswith("read: ")
 
 
 def test_concurrent_churn_of_started_sessions_leaves_no_process(tag: str) -> None:

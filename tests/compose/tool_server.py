@@ -4,8 +4,10 @@ marks its process for the tests to find) and over streamable HTTP (`http_app()`)
 from __future__ import annotations
 
 import base64
+import ctypes
 import os
 import sys
+import uuid
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -27,9 +29,19 @@ def make_server() -> MCPServer:
         return text
 
     @server.tool()
-    def pid() -> int:
-        """This server's process id."""
-        return os.getpid()
+    def pid() -> str:
+        """This server process's name (`NAME`): a sandboxed server's own pid says nothing outside its namespace,
+        and its name is how the tests find its process (`tests.compose.envs.pid_of`)."""
+        return NAME
+
+    @server.tool()
+    def read(path: str) -> str:
+        """The file's first bytes, or the error that reading it raised."""
+        try:
+            with open(path, "rb") as file:
+                return "read: " + file.read(4096).decode("utf-8", "replace")
+        except OSError as exc:
+            return f"refused: {type(exc).__name__}"
 
     @server.tool()
     def remember(note: str) -> str:
@@ -84,5 +96,9 @@ def http_app():  # type: ignore[no-untyped-def]
     return make_server().streamable_http_app(json_response=True)
 
 
+NAME = uuid.uuid4().hex[:15]
+"""The process's name (`/proc/<pid>/comm`, 15 characters at most), set when it runs as a server."""
+
 if __name__ == "__main__":
+    ctypes.CDLL(None).prctl(15, NAME.encode(), 0, 0, 0)  # PR_SET_NAME
     make_server().run()
