@@ -150,7 +150,7 @@ async def test_a_long_command_reports_its_seconds_and_last_line_as_progress() ->
 async def test_nul_in_a_command_fails_the_call() -> None:
     async with shell_session() as (store, session):
         result = await store.call(session, "bash", {"command": "echo a\0b"})
-        assert result == ToolCrashed("the command must not contain NUL characters")
+        assert result == ToolCrashed("ValueError: the command must not contain NUL characters")
 
 
 # A call the server abandons (its tool timeout) must leave the shell consistent.
