@@ -92,9 +92,23 @@ def _input_model(cls_name: str, name: str, function: Callable[..., Any]) -> type
     annotation = params[0].annotation
     if len(params) == 1 and inspect.isclass(annotation) and issubclass(annotation, BaseModel):
         return annotation
-    raise TypeError(
-        f"tool {cls_name}.{name} must take no argument or exactly one pydantic model argument, got {signature}"
+    model = "".join(part.title() for part in name.split("_")) + "Input"
+    fields = "; ".join(
+        f"{p.name}: {_annotation_text(p.annotation)}"
+        + ("" if p.default is inspect.Parameter.empty else f" = {p.default!r}")
+        for p in params
     )
+    raise TypeError(
+        f"tool {cls_name}.{name} must take no argument or exactly one pydantic model argument, got {signature}. "
+        f"Put its arguments in one model: `class {model}(BaseModel): {fields}` and "
+        f"`def {name}(self, params: {model}) -> ToolOutput`"
+    )
+
+
+def _annotation_text(annotation: Any) -> str:
+    if annotation is inspect.Parameter.empty:
+        return "Any"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
 
 
 PROGRESS_REPORTER: ContextVar[Callable[[float, float | None, str | None], None] | None] = ContextVar(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ors_server.class_checks import check_tasks
 from ors_server.environment import Environment
 from ors_server.errors import EnvironmentNotFound
 
@@ -19,6 +20,7 @@ class Registry:
                 raise ValueError(f"environment '{env_cls.name}' has no @tool methods and no MCP tool servers")
             if env_cls.get_prompt is Environment.get_prompt:
                 raise ValueError(f"environment '{env_cls.name}' has no get_prompt(): every episode needs a prompt")
+            check_tasks(env_cls)
             self._by_name[key] = env_cls
         if not self._by_name:
             raise ValueError("a server needs at least one environment")

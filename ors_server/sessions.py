@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import anyio
 import anyio.abc
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from ors_server.compose.toolbox import Toolbox
 from ors_server.environment import Environment, InvalidTaskSpec
@@ -164,6 +164,23 @@ def _quote(value: Any, limit: int = 200) -> str:
     """`value` as an error message may quote it back to its sender: enough to recognise, never all of a big one."""
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+class WrongReturn(TypeError):
+    """An environment method returned something of the wrong type (the message names the method and the type)."""
+
+
+def _prompt_blocks(class_name: str, value: Any) -> Blocks:
+    """`get_prompt()`'s answer as blocks; WrongReturn naming the method and what it must return if it is not."""
+    try:
+        blocks: Blocks = _blocks.validate_python(value)
+    except ValidationError:
+        shown = repr(value)
+        raise WrongReturn(
+            f"{class_name}.get_prompt() returned {type(value).__name__} {shown[:60]}{'...' if len(shown) > 60 else ''}"
+            "; it must return a list of TextBlock or ImageBlock, such as [TextBlock(text=...)]"
+        ) from None
+    return blocks
 
 
 def _describe(exc: BaseException) -> str:
@@ -633,7 +650,9 @@ class SessionStore:
             try:
                 value = await self.runtime.lifecycle(getattr(env, method))
                 if method == "get_prompt":
-                    value = _blocks.validate_python(value)
+                    value = _prompt_blocks(type(env).__name__, value)
+            except WrongReturn as exc:
+                raise ReadFailed(session.redact(str(exc))) from None
             except Exception as exc:
                 raise ReadFailed(session.redact(f"{method} failed: {_describe(exc)}")) from None
         finally:
