@@ -321,27 +321,39 @@ class Calls:
                 await self.store.runtime.load_catalogue(env_cls)
             except ToolServerFailed as exc:
                 raise ToolServerUnavailable(str(exc)) from None
+        if session is not None and (env_cls.has_task_tools() or session.toolset is not None):
+            # The session's own tools are known once its setup has ended (`ors_server.toolsets.session`).
+            session = await self.store.get_ready(session.id)
         return self._tools(env_cls, session)
 
     def _tools(self, env_cls: type[Environment], session: Session | None) -> list[ToolDef]:
-        tools = [*env_cls.tools.values(), *self.store.runtime.catalogue.cached(env_cls)]
+        own = session.episode.own_tools if session is not None else None
+        tools = [t for t in env_cls.tools.values() if t.shared and not (own and t.name in own)]
+        tools += self.store.runtime.catalogue.cached(env_cls)
+        if own:
+            tools += own.values()
         on = self.codeact(session) if session is not None else self.settings.codeact
         return with_execute_code(tools) if on else tools
 
     def has_tool(self, session: Session, name: str) -> bool:
-        """Whether `name` is a tool of `session` (its environment's own or a composed one)."""
-        return name in session.env_cls.tools or any(
-            t.name == name for t in self.store.runtime.catalogue.cached(session.env_cls)
-        )
+        """Whether `name` is a tool of `session` (its environment's own, its task's or toolset's, or a composed
+        one)."""
+        found = self._tool(session, name)
+        return found is not None and found is not EXECUTE_CODE_TOOL
 
     def _tool(self, session: Session, name: str) -> ToolDef | None:
         """The tool `name` of a session (whose composed tools were listed when its episode was set up): the same
         answer as a lookup in `_tools`, without building the list on every call."""
         if name == EXECUTE_CODE_TOOL.name and self.codeact(session):
             return EXECUTE_CODE_TOOL
+        own_tools = session.episode.own_tools
+        if own_tools:
+            found = own_tools.get(name)
+            if found is not None:
+                return found
         own = session.env_cls.tools.get(name)
         if own is not None:
-            return own
+            return own if own.shared else None  # a task's own tool, and not this task's
         return next((t for t in self.store.runtime.catalogue.cached(session.env_cls) if t.name == name), None)
 
     # Starting, awaiting and finding calls.

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel
 
 from ors_server.compose.servers import HttpServer, StdioServer, ToolServer
-from ors_server.types import ImageBlock, Split, TextBlock, ToolOutput
+from ors_server.types import GroupCandidate, GroupScore, ImageBlock, Message, Split, TextBlock, ToolOutput
 
 if TYPE_CHECKING:
     from ors_server.sandboxes.interface import Sandbox
@@ -48,6 +48,11 @@ class ToolDef:
     function: Callable[..., Any]
     input_schema: dict[str, Any] | None = None
     """The input schema as given, for a tool without an input model (a composed MCP server's tool)."""
+    terminal: bool = False
+    """The tool that takes the model's final message (`@terminal`)."""
+    shared: bool = True
+    """Listed for every session of the class. An unshared tool (`@tool(shared=False)`) is a task's own: listed and
+    callable only in sessions whose `list_task_tools()` names it."""
 
     @cached_property
     def schema(self) -> dict[str, Any] | None:
@@ -58,8 +63,10 @@ class ToolDef:
 class _ToolMethod:
     """What `@tool` leaves on the class: the function itself, plus the explicit marker we collect."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
+    def __init__(self, function: Callable[..., Any], *, shared: bool = True) -> None:
         self.function = function
+        self.shared = shared
+        self.terminal = False
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -68,17 +75,37 @@ class _ToolMethod:
         return self.function.__get__(instance, owner)
 
 
-def tool(function: Callable[..., Any] | None = None, **_compat: Any) -> Any:
+def tool(function: Callable[..., Any] | None = None, *, shared: bool = True, **_compat: Any) -> Any:
     """Mark a method as a tool the agent may call.
 
     The method takes no argument or one pydantic model (its JSON Schema is the tool's input schema),
     returns a `ToolOutput`, and may be sync or async. Its docstring is the tool's description.
-    `@tool(shared=..., concurrent=..., exclusive=...)` is accepted for `openreward` compatibility;
-    every call into one session is serialised here anyway.
+    `@tool(shared=False)` makes it a task's own tool: hidden from the class's tool list, offered (listed and
+    callable) only in sessions whose `list_task_tools()` names it. `concurrent=` and `exclusive=` are accepted for
+    `openreward` compatibility; every call into one session is serialised here anyway.
     """
-    if function is None:
-        return lambda f: _ToolMethod(f)
-    return _ToolMethod(function)
+
+    def wrap(f: Callable[..., Any]) -> _ToolMethod:
+        method = _ToolMethod(f, shared=shared)
+        method.terminal = bool(getattr(f, "_ors_terminal", False))
+        return method
+
+    return wrap if function is None else wrap(function)
+
+
+def terminal(method: Any) -> Any:
+    """Mark a `@tool` as the environment's terminal tool: the one a harness feeds the model's final plain message
+    to, rather than waiting for a tool call (ORS `/tools` reports it as `terminal_tool: {name, arg, description}`;
+    `openreward`'s `session.call_terminal_tool(text)` calls it). Stack it on `@tool`, in either order. The tool takes
+    no argument or a model of one field (which receives the message); a class has at most one. It stays in the
+    tool list, so clients that know nothing of terminal tools can still call it."""
+    if not isinstance(method, _ToolMethod):
+        if callable(method):  # `@terminal` above `@tool`'s function: wait for `@tool` to wrap it
+            method._ors_terminal = True
+            return method
+        raise TypeError("@terminal marks a @tool method")
+    method.terminal = True
+    return method
 
 
 def _input_model(cls_name: str, name: str, function: Callable[..., Any]) -> type[BaseModel] | None:
@@ -153,11 +180,25 @@ class Environment:
                 if isinstance(value, _ToolMethod):
                     doc = inspect.getdoc(value.function) or ""
                     tools[attr] = ToolDef(
-                        attr, doc.strip(), _input_model(cls.__name__, attr, value.function), value.function
+                        attr,
+                        doc.strip(),
+                        _input_model(cls.__name__, attr, value.function),
+                        value.function,
+                        shared=value.shared,
+                        terminal=value.terminal,
                     )
                 elif attr in tools:
                     del tools[attr]  # a subclass replaced the tool with a plain attribute
         cls.tools = tools
+        terminals = [t for t in tools.values() if t.terminal]
+        if len(terminals) > 1:
+            raise TypeError(f"{cls.__name__} has more than one @terminal tool: {[t.name for t in terminals]}")
+        for t in terminals:
+            if t.input_model is not None and len(t.input_model.model_fields) != 1:
+                raise TypeError(
+                    f"@terminal tool {cls.__name__}.{t.name} must take no argument or a model of one field (the "
+                    f"message), not {list(t.input_model.model_fields)}"
+                )
         names = [server.name for server in cls.mcp_servers]
         if len(set(names)) != len(names):
             raise TypeError(f"{cls.__name__}.mcp_servers has two servers of the same name: {names}")
@@ -219,6 +260,33 @@ class Environment:
         """The blocks that open the episode (usually the task statement)."""
         raise NotImplementedError
 
+    def get_messages(self) -> Sequence[Message] | Awaitable[Sequence[Message]]:
+        """The episode's opening as a role-tagged conversation (ORS `/messages`). By default the prompt as one user
+        turn; a conversation-shaped task overrides it."""
+        prompt = self.get_prompt()
+        if inspect.isawaitable(prompt):
+            return _as_user_turn(prompt)
+        return [Message(role="user", blocks=list(prompt))]
+
+    def score_group(
+        self, candidates: Sequence[GroupCandidate]
+    ) -> Sequence[GroupScore | float] | Awaitable[Sequence[GroupScore | float]]:
+        """Score a group of candidate completions for this episode's task, one score per candidate, index-aligned
+        (bare floats are taken as rewards). Sync or async. Override it to offer ORS `/score_group` (`/tools` then
+        reports `supports_score_group`); raise when judging fails, never make up scores. Scoring reads the
+        candidates only: it never advances or ends the episode."""
+        raise NotImplementedError(f"{type(self).__name__} does not score groups")
+
+    @classmethod
+    def supports_score_group(cls) -> bool:
+        """Whether the class scores groups (it overrides `score_group`)."""
+        return cls.score_group is not Environment.score_group
+
+    @classmethod
+    def terminal_tool(cls) -> ToolDef | None:
+        """The class's `@terminal` tool, if it has one."""
+        return next((t for t in cls.tools.values() if t.terminal), None)
+
     def initial_observation(self) -> Any | Awaitable[Any]:
         """The episode's first observation, as Eval Protocol's control plane serves it (`initial_state`):
         a JSON object, or anything JSON-serialisable (served as `{"observation": ...}`).
@@ -245,6 +313,18 @@ class Environment:
     def teardown(self) -> None | Awaitable[None]:
         """Release what the episode holds. Runs exactly once when the episode ends, however it ends."""
 
+    def list_task_tools(self) -> Sequence[str | ToolDef] | Awaitable[Sequence[str | ToolDef]]:
+        """This episode's own tools, beyond the class's shared ones: names of the class's `@tool(shared=False)`
+        methods (or `ToolDef`s made at run time, whose function is called as `function(env, *args)`). Asked once
+        `setup()` has ended; the session then lists and accepts them on every face (ORS `/task_tools`). Sync or
+        async. By default none."""
+        return ()
+
+    @classmethod
+    def has_task_tools(cls) -> bool:
+        """Whether sessions of the class may have tools of their own (it overrides `list_task_tools`)."""
+        return cls.list_task_tools is not Environment.list_task_tools
+
     def toolset_sandbox(self) -> Sandbox | None:
         """The episode's `Sandbox`, which a toolset a client asks for at `/create` (`toolset_name`: claude-code,
         codex, gemini-cli, ...) acts on; asked once `setup()` has ended. Override it in an environment that has
@@ -263,8 +343,12 @@ def _text_of(blocks: Sequence[TextBlock | ImageBlock]) -> str:
     return "\n".join(block.text for block in blocks if isinstance(block, TextBlock))
 
 
+async def _as_user_turn(blocks: Awaitable[Sequence[TextBlock | ImageBlock]]) -> list[Message]:
+    return [Message(role="user", blocks=list(await blocks))]
+
+
 async def _text_of_awaited(blocks: Awaitable[Sequence[TextBlock | ImageBlock]]) -> str:
     return _text_of(await blocks)
 
 
-__all__ = ["Environment", "ToolDef", "ToolOutput", "tool"]
+__all__ = ["Environment", "ToolDef", "ToolOutput", "terminal", "tool"]

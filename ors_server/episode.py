@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from ors_server.compose.toolbox import Toolbox
-from ors_server.environment import Environment
+from ors_server.environment import Environment, ToolDef
 from ors_server.errors import SetupFailed, TaskRejected
 from ors_server.runtime.lazy_event import LazyEvent
 from ors_server.types import ToolOutput
@@ -72,6 +72,9 @@ class Episode:
     total_reward: float = 0.0
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    own_tools: dict[str, ToolDef] | None = None
+    """The session's tools beyond its class's shared ones (its task's and its toolset's: `toolsets.session`), found
+    when setup has ended; None for a class that has none."""
     calls: dict[str, ToolCall] = field(default_factory=dict)
     """Its calls by id, running or kept for replay (the call pipeline decides how long); the store waits for them
     at shutdown."""
@@ -96,6 +99,10 @@ class Episode:
     def connected(self, toolbox: Toolbox) -> None:
         """Its tool servers' connections, opened before construction and closed after teardown."""
         self.toolbox = toolbox
+
+    def found_own_tools(self, tools: dict[str, ToolDef]) -> None:
+        """The session's own tools (`ors_server.toolsets.session`), found once setup has ended."""
+        self.own_tools = tools
 
     def set_up(self) -> None:
         if self.state is State.SETTING_UP:

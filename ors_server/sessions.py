@@ -55,11 +55,12 @@ from ors_server.errors import (
 )
 from ors_server.masking import Masker
 from ors_server.runtime.lazy_event import LazyEvent
-from ors_server.runtime.resources import Runtime
+from ors_server.runtime.resources import Runtime, run_user_code
 from ors_server.runtime.worker_threads import run_in_thread
 from ors_server.sandboxes.confinement import Confinement
 from ors_server.settings import Settings
-from ors_server.types import Blocks
+from ors_server.toolsets.session import episode_tools
+from ors_server.types import Blocks, Message
 
 logger = logging.getLogger("ors_server.sessions")
 
@@ -67,6 +68,7 @@ TEARDOWN_LOCK_WAIT = 2.0
 """Seconds an ending episode's running call gets to finish before the environment is torn down under it."""
 SESSION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _blocks = TypeAdapter(Blocks)
+_messages = TypeAdapter(list[Message])
 
 Ending = Literal["deleted", "reaped", "shutdown"]
 """How an episode ended: its session ended (`Ending`), a reset replaced it, or its setup failed."""
@@ -86,6 +88,8 @@ class Session:
     created_by: str = "ors"
     labels: dict[str, str] = field(default_factory=dict)
     """What the client that created the session said of it (`X-Episode-Labels`), kept in its episodes' records."""
+    toolset: str | None = None
+    """The toolset the client asked for (`claude-code`, ...): its tools act on each episode's sandbox."""
     episode: Episode = field(default_factory=Episode)
     deleted: bool = False
     """Discarded: the id no longer names it, whatever its episodes are still doing."""
@@ -306,6 +310,7 @@ class SessionStore:
         config: dict[str, Any] | None = None,
         created_by: str = "ors",
         labels: dict[str, str] | None = None,
+        toolset: str | None = None,
     ) -> Session:
         """Register a session and start building its first episode in the background; returns at once."""
         self.check_id(session_id)
@@ -324,6 +329,7 @@ class SessionStore:
             config=config,
             created_by=created_by,
             labels=dict(labels or {}),
+            toolset=toolset,
         )
         self._tombstones.pop(session_id, None)
         self._sessions[session_id] = session
@@ -468,6 +474,9 @@ class SessionStore:
                 assert episode.env is not None
                 if inspect.iscoroutinefunction(episode.env.setup):
                     await episode.env.setup()
+                if session.env_cls.has_task_tools() or session.toolset is not None:
+                    run = functools.partial(run_user_code, limiter=self.runtime.limiters["lifecycle"])
+                    episode.found_own_tools(await episode_tools(episode.env, session.toolset, run))
         except Exception as exc:
             rejected = isinstance(exc, InvalidTaskSpec)
             episode.setup_failed(session.redact(str(exc) if rejected else _describe(exc)), rejected)
@@ -630,6 +639,11 @@ class SessionStore:
         blocks: Blocks = await self._read(session, "get_prompt", episode)
         return blocks
 
+    async def read_messages(self, session: Session) -> list[Message]:
+        """The episode's opening as a conversation (`get_messages()`), read under the episode's lock."""
+        messages: list[Message] = await self._read(session, "get_messages")
+        return messages
+
     async def initial_observation(self, session: Session) -> Any:
         """The episode's first observation (`initial_observation()`), read under the episode's lock."""
         return await self._read(session, "initial_observation")
@@ -651,6 +665,8 @@ class SessionStore:
                 value = await self.runtime.lifecycle(getattr(env, method))
                 if method == "get_prompt":
                     value = _prompt_blocks(type(env).__name__, value)
+                elif method == "get_messages":
+                    value = _messages.validate_python(list(value))
             except WrongReturn as exc:
                 raise ReadFailed(session.redact(str(exc))) from None
             except Exception as exc:

@@ -161,3 +161,47 @@ def test_a_prompt_of_the_wrong_type_is_answered_with_the_method_and_the_type_it_
         "Wrong.get_prompt() returned str 'a plain string'; it must return a list of TextBlock or ImageBlock, "
         "such as [TextBlock(text=...)]"
     )
+
+
+class TwoFields(BaseModel):
+    answer: str
+    why: str
+
+
+def test_a_class_with_two_terminal_tools_is_refused():
+    from ors_server import terminal
+
+    with pytest.raises(TypeError, match=r"Twice has more than one @terminal tool"):
+
+        class Twice(Environment):
+            @terminal
+            @tool
+            def one(self) -> ToolOutput:
+                """One."""
+                raise AssertionError
+
+            @tool
+            @terminal
+            def two(self) -> ToolOutput:
+                """Two, the decorators the other way round."""
+                raise AssertionError
+
+
+def test_a_terminal_tool_whose_model_has_two_fields_is_refused():
+    from ors_server import terminal
+
+    with pytest.raises(TypeError, match=r"@terminal tool Wide\.submit must take no argument or a model of one field"):
+
+        class Wide(Environment):
+            @terminal
+            @tool
+            def submit(self, params: TwoFields) -> ToolOutput:
+                """Two fields: which one takes the message?"""
+                raise AssertionError
+
+
+def test_terminal_marks_only_tools():
+    from ors_server import terminal
+
+    with pytest.raises(TypeError, match="@terminal marks a @tool method"):
+        terminal("not a method")

@@ -13,7 +13,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from ors_server import ToolOutput
+from ors_server import Environment, TextBlock, ToolOutput, tool
 from ors_server.calls import ToolCrashed, ToolRejected
 from ors_server.episode import State
 from ors_server.errors import (
@@ -893,3 +893,40 @@ async def test_task_from_seed_runs_once_per_seeded_reset() -> None:
         await store.reset(session, seed=2)
         assert journal(tag) == ["task_from_seed 1", "init", "setup", "task_from_seed 2", "teardown", "init", "setup"]
         assert session.seed == 2 and session.task_spec == {"tag": tag, "seed": 2}
+
+
+# A session's own tools (`list_task_tools`).
+
+
+class _OwnTools(Environment):
+    @classmethod
+    def list_splits(cls) -> list[str]:
+        return ["train"]
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text="?")]
+
+    def list_task_tools(self) -> list[str]:
+        return self.task_spec.get("own", [])
+
+    @tool(shared=False)
+    def secret(self) -> ToolOutput:
+        """A task's own tool."""
+        return ToolOutput(blocks=[TextBlock(text="found")])
+
+
+async def test_list_task_tools_naming_no_tool_fails_setup_with_a_message_that_says_so() -> None:
+    async with StoreWithCalls(Settings()).run() as store:
+        store.create("own", _OwnTools, {"own": ["secret", "nosuch"]})
+        with pytest.raises(SetupFailed, match=r"_OwnTools.list_task_tools\(\) returned 'nosuch'"):
+            await store.get_ready("own")
+
+
+async def test_an_unshared_tool_runs_only_in_sessions_whose_task_offers_it() -> None:
+    async with StoreWithCalls(Settings()).run() as store:
+        store.create("with", _OwnTools, {"own": ["secret"]})
+        store.create("without", _OwnTools, {})
+        offered = await store.call(await store.get_ready("with"), "secret", {})
+        refused = await store.call(await store.get_ready("without"), "secret", {})
+    assert isinstance(offered, ToolOutput) and offered.blocks[0].text == "found"
+    assert isinstance(refused, ToolRejected) and refused.reason == "not_found"

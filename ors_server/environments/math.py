@@ -8,13 +8,24 @@ as a JSON string or a JSON number (`{"answer": 21}` and `{"answer": "21"}` are t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from fractions import Fraction
 from importlib.resources import files
 from typing import Any
 
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
 
-from ors_server import Environment, InvalidTaskSpec, Split, TextBlock, ToolOutput, tool
+from ors_server import (
+    Environment,
+    GroupCandidate,
+    GroupScore,
+    InvalidTaskSpec,
+    Split,
+    TextBlock,
+    ToolOutput,
+    terminal,
+    tool,
+)
 
 
 def _load() -> dict[str, list[dict[str, Any]]]:
@@ -76,6 +87,7 @@ class Math(Environment):
             )
         ]
 
+    @terminal
     @tool
     async def submit(self, params: SubmitInput) -> ToolOutput:
         """Submit your final answer to the math problem. Ends the episode."""
@@ -86,3 +98,13 @@ class Math(Environment):
             reward=1.0 if correct else 0.0,
             finished=True,
         )
+
+    async def score_group(self, candidates: Sequence[GroupCandidate]) -> list[GroupScore]:
+        """Each candidate's final answer (its `submit` call, else its last message) judged as `submit` judges."""
+        expected = str(self.task_spec["answer"])
+        scores = []
+        for candidate in candidates:
+            answer = candidate.final_answer("submit")
+            right = same_answer(answer, expected)
+            scores.append(GroupScore(reward=1.0 if right else 0.0, metadata={"answer": answer}))
+        return scores

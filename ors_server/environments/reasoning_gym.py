@@ -24,6 +24,7 @@ import math
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,7 +32,17 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
 
-from ors_server import Environment, InvalidTaskSpec, Split, TextBlock, ToolOutput, tool
+from ors_server import (
+    Environment,
+    GroupCandidate,
+    GroupScore,
+    InvalidTaskSpec,
+    Split,
+    TextBlock,
+    ToolOutput,
+    terminal,
+    tool,
+)
 
 PREFIX = "reasoning-gym:"
 INSTALL_HINT = "reasoning-gym is not installed: pip install 'ors-server[reasoning-gym]'"
@@ -183,22 +194,37 @@ class ReasoningGymEnvironment(Environment):
         _, entry = self._item()
         return [TextBlock(text=f"{entry['question']}\n\n{SUBMIT_HINT}")]
 
+    @terminal
     @tool
     def submit(self, params: SubmitInput) -> ToolOutput:
         """Submit your final answer. Ends the episode; the reward is the dataset's own score of it, 0 to 1."""
-        dataset, entry = self._item()
-        try:
-            score = float(dataset.score_answer(str(params.answer), entry))
-        except Exception as exc:
-            # Some scorers parse the answer and raise on one they cannot read: that answer is wrong, not a fault.
+        reward, unreadable = self._score(str(params.answer))
+        if unreadable is not None:
             return ToolOutput(
-                blocks=[TextBlock(text=f"Wrong (the answer could not be read: {type(exc).__name__})")],
+                blocks=[TextBlock(text=f"Wrong (the answer could not be read: {unreadable})")],
                 reward=0.0,
                 finished=True,
             )
-        reward = min(max(score, 0.0), 1.0) if math.isfinite(score) else 0.0
         text = "Correct!" if reward == 1.0 else "Wrong" if reward == 0.0 else "Partly right"
         return ToolOutput(blocks=[TextBlock(text=text)], reward=reward, finished=True)
+
+    def score_group(self, candidates: Sequence[GroupCandidate]) -> list[GroupScore]:
+        """Each candidate's final answer (its `submit` call, else its last message) scored as `submit` scores it."""
+        scores = []
+        for candidate in candidates:
+            answer = candidate.final_answer("submit")
+            scores.append(GroupScore(reward=self._score(answer)[0], metadata={"answer": answer}))
+        return scores
+
+    def _score(self, answer: str) -> tuple[float, str | None]:
+        """The dataset's score of `answer` in [0, 1], and the error's type when its scorer could not read it."""
+        dataset, entry = self._item()
+        try:
+            score = float(dataset.score_answer(answer, entry))
+        except Exception as exc:
+            # Some scorers parse the answer and raise on one they cannot read: that answer is wrong, not a fault.
+            return 0.0, type(exc).__name__
+        return (min(max(score, 0.0), 1.0) if math.isfinite(score) else 0.0), None
 
 
 # Specs to environments.

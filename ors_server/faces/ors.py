@@ -30,18 +30,21 @@ from ors_server.errors import (
     BadRequest,
     InvalidIndex,
     InvalidSplit,
+    NotFound,
     OrsError,
     Unavailable,
 )
 from ors_server.faces import Core, Face, Naming, header_key, sse, wirejson
 from ors_server.faces.openapi import Endpoint, openapi_document
 from ors_server.faces.progress import ProgressFeed
+from ors_server.faces.scoring import ScoreJob, Scoring, ScoringUnsupported
 from ors_server.records.labels import HEADER as LABELS_HEADER
 from ors_server.records.labels import parse_header as parse_labels
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
 from ors_server.settings import Settings
-from ors_server.types import Blocks, Split, ToolOutput
+from ors_server.toolsets import toolset_problem
+from ors_server.types import MESSAGE_BLOCK_TYPES, Blocks, GroupCandidate, Message, Split, ToolOutput
 
 logger = logging.getLogger("ors_server.ors")
 
@@ -49,6 +52,7 @@ FAST_ANSWER_WAIT = 0.5
 """Seconds a call may take and still be answered in one response rather than streamed."""
 ORS_REASONS = {"not_found", "name_collision", "input_validation", "episode_finished"}
 _blocks = TypeAdapter(Blocks)
+_messages = TypeAdapter(list[Message])
 CLIENT_IDS = {"X-Client-Session-Ids": "accepted"}
 """On `/create_session`: `/create` takes any free id the client makes up (1-128 of `[A-Za-z0-9_.:-]`), so a client
 may skip this round trip for its next sessions (`ors-client` does)."""
@@ -107,6 +111,11 @@ class CallBody(_Body):
         return self
 
 
+class ScoreGroupBody(_Body):
+    candidates: list[GroupCandidate]
+    task_id: str | None = None
+
+
 class BodyInvalid(OrsError):
     """A request body that does not parse or validate: 422 with FastAPI's list of errors."""
 
@@ -159,8 +168,21 @@ async def _split_name(store: SessionStore, env_cls: type[Environment], split: st
     return split
 
 
-def tool_specs(tools: Sequence[ToolDef]) -> dict[str, Any]:
-    return {"tools": [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in tools]}
+def tool_specs(tools: Sequence[ToolDef], env_cls: type[Environment]) -> dict[str, Any]:
+    """ORS `ListToolsOutput`: the tools, and what `openreward` 0.1.157+ reads beside them. The terminal tool stays
+    in `tools` too (openreward's server hides it), so clients that know nothing of terminal tools can call it."""
+    term = next((t for t in tools if t.terminal), None)
+    terminal_tool = None
+    if term is not None:
+        # Its one field, which takes the message (from its schema: a hosted tool has no model here).
+        arg = next(iter((term.schema or {}).get("properties") or {}), None)
+        terminal_tool = {"name": term.name, "arg": arg, "description": term.description}
+    return {
+        "tools": [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in tools],
+        "terminal_tool": terminal_tool,
+        "supports_score_group": env_cls.supports_score_group(),
+        "message_block_types": MESSAGE_BLOCK_TYPES,
+    }
 
 
 async def _get_task(store: SessionStore, env_cls: type[Environment], split: str, index: int) -> dict[str, Any]:
@@ -197,6 +219,23 @@ def progress_events(feed: ProgressFeed) -> list[ServerSentEvent]:
     ]
 
 
+def _score_events(job: ScoreJob) -> list[ServerSentEvent]:
+    if job.scores is None:
+        return [sse.event("error", job.error or "score_group failed")]
+    return sse.result_events({"scores": [score.model_dump(mode="json") for score in job.scores]})
+
+
+async def _stream_scoring(job: ScoreJob, keepalive: float) -> AsyncIterator[bytes]:
+    yield sse.event("task_id", job.id).encode()
+    while not job.ended.is_set():
+        with anyio.move_on_after(keepalive):
+            await job.ended.wait()
+        if not job.ended.is_set():
+            yield sse.keepalive()
+    job.session.touch()
+    yield b"".join(event.encode() for event in _score_events(job))
+
+
 def render_result(result: CallResult) -> list[ServerSentEvent]:
     if isinstance(result, ToolOutput):
         return sse.result_events({"ok": True, "output": result.model_dump(mode="json")})
@@ -215,6 +254,7 @@ class OrsFace:
 
     def __init__(self, registry: Registry, store: SessionStore, calls: Calls, settings: Settings) -> None:
         self.registry, self.store, self.calls, self.settings = registry, store, calls, settings
+        self.scoring = Scoring(store)
 
     def _path_env(self, request: Request) -> type[Environment]:
         return self.registry.get(request.path_params.get("env"))
@@ -242,7 +282,8 @@ class OrsFace:
         return JSONResponse(self.registry.names)
 
     async def tools(self, request: Request) -> Response:
-        return JSONResponse(tool_specs(await self.calls.tools(self._path_env(request))))
+        env_cls = self._path_env(request)
+        return JSONResponse(tool_specs(await self.calls.tools(env_cls), env_cls))
 
     async def splits(self, request: Request) -> Response:
         env_cls = self._path_env(request)
@@ -308,8 +349,12 @@ class OrsFace:
         if task_spec is None:
             assert body.split is not None and body.index is not None
             task_spec = await _get_task(self.store, env_cls, body.split, body.index)
+        if body.toolset_name is not None:
+            problem = toolset_problem(body.toolset_name, env_cls)
+            if problem is not None:
+                raise BadRequest(problem)
         labels = parse_labels(request.headers.get(LABELS_HEADER))
-        self.store.create(sid, env_cls, task_spec, secrets, labels=labels)
+        self.store.create(sid, env_cls, task_spec, secrets, labels=labels, toolset=body.toolset_name)
         # Clients keep a session alive by pinging within this many idle seconds (`ors-client` pings at a third).
         timeout = self.settings.session_timeout
         return JSONResponse({"sid": sid}, headers={SESSION_TIMEOUT_HEADER: f"{timeout:g}"})
@@ -333,7 +378,33 @@ class OrsFace:
 
     async def task_tools(self, request: Request) -> Response:
         session = self.store.get(self._session_id(request), self._path_env_name(request))
-        return JSONResponse(tool_specs(await self.calls.tools(session.env_cls, session)))
+        return JSONResponse(tool_specs(await self.calls.tools(session.env_cls, session), session.env_cls))
+
+    async def messages(self, request: Request) -> Response:
+        store = self.store
+        session = await store.get_ready(self._session_id(request), self._path_env_name(request))
+        return JSONResponse(_messages.dump_python(await store.read_messages(session), mode="json"))
+
+    async def score_group(self, request: Request) -> Response:
+        sid = self._session_id(request)
+        env_name = self._path_env_name(request)
+        body = await read_body(request, ScoreGroupBody)
+        session = await self.store.get_ready(sid, env_name)
+        if body.task_id is not None:
+            job = self.scoring.find(session, body.task_id)
+            if job is None:
+                return sse.complete([sse.event("error", "unknown task_id")])
+        else:
+            try:
+                job = self.scoring.start(session, body.candidates)
+            except ScoringUnsupported as exc:
+                raise NotFound(str(exc)) from None  # before the stream: clients tell "unsupported" by the 404
+        keepalive = self.store.settings.sse_keepalive
+        with anyio.move_on_after(min(FAST_ANSWER_WAIT, keepalive)):
+            await job.ended.wait()
+        if job.ended.is_set():
+            return sse.complete([sse.event("task_id", job.id), *_score_events(job)])
+        return sse.stream(_stream_scoring(job, keepalive))
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document(self.registry, ENDPOINTS))
@@ -394,6 +465,16 @@ ENDPOINTS = [
     Endpoint("/task_range", "task_range", "POST", "A slice of a split's tasks", TaskRangeBody, per_env=True),
     Endpoint("/prompt", "prompt", "GET", "The episode's opening blocks", session=True, per_env=True),
     Endpoint("/task_tools", "task_tools", "GET", "The tools of this session's task", session=True, per_env=True),
+    Endpoint("/messages", "messages", "GET", "The episode's opening as a conversation", session=True, per_env=True),
+    Endpoint(
+        "/score_group",
+        "score_group",
+        "POST",
+        "Score a group of candidate completions; the scores stream as SSE",
+        ScoreGroupBody,
+        session=True,
+        per_env=True,
+    ),
 ]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -25,7 +26,7 @@ from pydantic import Field
 from ors_server.environment import Environment, ToolDef
 from ors_server.hosting.pool import HostPool
 from ors_server.hosting.process import HostError, HostFailed, HostProcess, HostSpec
-from ors_server.types import ImageBlock, Split, TextBlock, ToolOutput
+from ors_server.types import GroupCandidate, GroupScore, ImageBlock, Message, Split, TextBlock, ToolOutput
 
 REFUSALS = ("not_found", "input_validation", "episode_finished", "output_too_large")
 """The refusals of a framework that the call pipeline reports as its own (`ToolRejected` reasons)."""
@@ -197,27 +198,55 @@ class HostedEnvironment(Environment):
         value = await self._ask("call", tool=name, arguments=arguments)
         return HostedOutput.model_validate(value)
 
+    @classmethod
+    def has_task_tools(cls) -> bool:
+        return bool(cls.description.get("extra", {}).get("task_tools"))
+
+    @classmethod
+    def supports_score_group(cls) -> bool:
+        return bool(cls.description.get("extra", {}).get("score_group"))
+
+    async def get_messages(self) -> list[Message]:
+        """The framework's own conversation where the class has one, else the prompt as one user turn."""
+        if self.description.get("extra", {}).get("messages"):
+            return [Message.model_validate(m) for m in await self.request("messages")]
+        return [Message(role="user", blocks=list(await self.get_prompt()))]
+
+    async def score_group(self, candidates: Sequence[GroupCandidate]) -> list[GroupScore]:
+        payload = [candidate.model_dump(mode="json") for candidate in candidates]
+        return [GroupScore.model_validate(score) for score in await self.request("score_group", payload)]
+
+    async def list_task_tools(self) -> list[ToolDef]:
+        """The task's own tools, as the framework lists them (`openreward`'s `list_task_tools`)."""
+        listed = await self.request("task_tools")
+        return [_hosted_tool(t) for t in listed]
+
     async def request(self, name: str, payload: Any = None) -> Any:
         """Ask the episode's instance anything else its adapter answers by name (OpenEnv's `state`)."""
         return await self._ask("request", name=name, payload=payload)
 
 
+def _hosted_tool(described: dict[str, Any]) -> HostedTool:
+    """A tool as a host describes it (`{"name", "description", "input_schema"}`), called through the host."""
+    tool_name = described["name"]
+
+    async def call(env: HostedEnvironment, arguments: Any) -> ToolOutput:
+        return await env.call_tool(tool_name, arguments)
+
+    call.__name__ = tool_name
+    return HostedTool(
+        tool_name,
+        described.get("description") or "",
+        None,
+        call,
+        input_schema=described.get("input_schema"),
+        terminal=bool(described.get("terminal")),
+    )
+
+
 def hosted_class(spec: HostSpec, description: dict[str, Any]) -> type[HostedEnvironment]:
     """A `HostedEnvironment` subclass named and shaped as `description` says."""
-
-    def tool_function(tool_name: str) -> Any:
-        async def call(env: HostedEnvironment, arguments: Any) -> ToolOutput:
-            return await env.call_tool(tool_name, arguments)
-
-        call.__name__ = tool_name
-        return call
-
-    tools: dict[str, ToolDef] = {
-        t["name"]: HostedTool(
-            t["name"], t.get("description") or "", None, tool_function(t["name"]), input_schema=t.get("input_schema")
-        )
-        for t in description["tools"]
-    }
+    tools: dict[str, ToolDef] = {t["name"]: _hosted_tool(t) for t in description["tools"]}
     name = description["name"]
     attributes = {
         "name": name,

@@ -20,6 +20,7 @@ hands it to the server through `Environment.toolset_sandbox()`.
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ class Sandbox(ABC):
             raise ValueError("the path is empty")
         if "\0" in path:
             raise ValueError("the path contains a NUL character")
-        return path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
+        return posixpath.normpath(path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}")
 
     async def read_file(self, path: str, *, max_bytes: int = MAX_OUTPUT) -> bytes:
         """The content of the file at `path` (relative to `workdir`). Raises `FileNotFoundError`,

@@ -37,7 +37,17 @@ VENVS: dict[str, tuple[str, ...]] = {
     "fastmcp": ("fastmcp==4.2.3",),
     # Our own client, installed from this checkout's client/ and nothing else: what a trainer's venv gets.
     "ors-client": (str(REPO / "client"),),
+    # Trainers' own environment code (scripted actions, no model): TRL's `trl.experimental.openreward` over the
+    # openreward client, and verifiers' OpenEnv taskset (its `openenv` extra brings openenv-core).
+    "trl": ("trl==1.16.0", "openreward==0.1.167"),
+    "verifiers": ("verifiers[openenv]==0.4.0",),
 }
+FIRST: dict[str, tuple[str, ...]] = {
+    # TRL needs torch: the CPU build this machine keeps on disk (pip's find-links), installed before TRL so that
+    # resolving TRL finds torch satisfied rather than fetching the CUDA build (~6 GB) from the index.
+    "trl": ("torch==2.13.0",),
+}
+"""Requirements installed in a step of their own before the rest of a venv's."""
 LOCAL = {"ors-client": REPO / "client"}
 NODE: dict[str, tuple[str, ...]] = {
     # The TypeScript MCP SDK, an npm install of its own (needs node and npm on the machine): 1.32 speaks the 2025 era;
@@ -49,6 +59,10 @@ NODE: dict[str, tuple[str, ...]] = {
 
 INSTALL_TIMEOUT = 900.0
 """Seconds one `pip install` may take (a cold eval-protocol install is about a minute, ~110 packages)."""
+HEAVY_INSTALL_TIMEOUT = 2400.0
+"""For the trainers' venvs (TRL: torch, transformers, datasets; verifiers: ~190 packages, gradio among them),
+which took 10 and over 15 minutes on a loaded 2-core machine."""
+HEAVY = {"trl", "verifiers"}
 
 MARKER = ".ors-client-venv.json"
 
@@ -62,7 +76,7 @@ def _spec(name: str) -> dict[str, object]:
     if name in NODE:
         return {"requirements": list(NODE[name]), "node": _node_version()}
     spec: dict[str, object] = {
-        "requirements": list(VENVS[name]),
+        "requirements": [*FIRST.get(name, ()), *VENVS[name]],
         "base_python": sys.version.split()[0],
         "base_prefix": sys.base_prefix,
     }
@@ -153,17 +167,19 @@ def _build(name: str) -> None:
             shutil.copyfile(path, target)
         requirements = [str(copy)]
     with open(log_path, "w") as log:
-        steps = [
-            [sys.executable, "-m", "venv", str(venv)],
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *requirements],
-        ]
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+        steps = [[sys.executable, "-m", "venv", str(venv)]]
+        if name in FIRST:
+            steps.append([*pip, *FIRST[name]])
+        steps.append([*pip, *requirements])
         if name in NODE:
             venv.mkdir(parents=True)
             steps = [["npm", "install", "--no-audit", "--no-fund", "--prefix", str(venv), *requirements]]
         for cmd in steps:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
-            result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT, env=clean_env())
+            timeout = HEAVY_INSTALL_TIMEOUT if name in HEAVY else INSTALL_TIMEOUT
+            result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=clean_env())
             if result.returncode != 0:
                 raise RuntimeError(f"building client venv {name!r} failed (exit {result.returncode}); see {log_path}")
     seconds = round(time.monotonic() - started, 1)

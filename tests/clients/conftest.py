@@ -21,8 +21,10 @@ VENV_FIXTURES = {
     "fastmcp_python": "fastmcp",
     "mcp_ts_sdk": "mcp-ts",
     "mcp_ts_client": "mcp-ts",
+    "trl_python": "trl",
+    "verifiers_python": "verifiers",
 }
-COLD_INSTALL_TIMEOUT = int(client_venvs.INSTALL_TIMEOUT) + 300
+COLD_INSTALL_TIMEOUT = int(client_venvs.HEAVY_INSTALL_TIMEOUT) + 300
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -74,6 +76,18 @@ def mcp_ts_sdk() -> Path:
 def mcp_ts_client() -> Path:
     """The TypeScript MCP SDK 2's client package (`@modelcontextprotocol/client`, the same npm install)."""
     return _mcp_ts_package("client")
+
+
+@pytest.fixture(scope="session")
+def trl_python() -> Path:
+    """The python of a venv with `trl` 1.16.0 (and CPU torch) and `openreward` 0.1.167."""
+    return client_venvs.ensure_venv("trl")
+
+
+@pytest.fixture(scope="session")
+def verifiers_python() -> Path:
+    """The python of a venv with `verifiers[openenv]` 0.4.0."""
+    return client_venvs.ensure_venv("verifiers")
 
 
 @pytest.fixture(scope="session")

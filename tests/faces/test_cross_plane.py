@@ -134,3 +134,30 @@ async def test_a_failing_task_from_seed_is_a_400_on_every_face_that_opens_sessio
     assert "LookupError: no row for seed 4" in transportless.json()["error"]["message"]
     assert "LookupError: no row for seed None" in state.json()["error"]
     assert listed.status_code == 404  # nothing was created
+
+
+async def test_an_ors_sessions_own_tools_and_toolset_tools_are_listed_and_called_over_mcp():
+    from ors_server.environments.shell import Shell
+    from ors_server.environments.shell.confinement import bwrap_problem
+    from tests.clients.contract_envs import Contract
+
+    with server(Contract, Shell) as base:
+        async with httpx.AsyncClient() as http:
+            body = {"env_name": "contract", "task_spec": {"question": "2 + 2", "answer": "4", "hint": "even"}}
+            created = await http.post(f"{base}/create", headers={"X-Session-ID": "own-tools"}, json=body)
+            assert created.status_code == 200, created.text
+            async with mcp_client(f"{base}/contract/mcp", headers={"X-Session-ID": "own-tools"}) as (session, _):
+                listed = sorted(tool.name for tool in (await session.list_tools()).tools)
+                hint = await session.call_tool("hint", {})
+            assert listed == ["add", "hint", "submit"] and text(hint) == "even"
+            if bwrap_problem() is not None:
+                return  # the shell's toolset sandbox is bubblewrap's
+            body = {"env_name": "shell", "task_spec": {"id": "hello_file"}, "toolset_name": "claude-code"}
+            created = await http.post(f"{base}/create", headers={"X-Session-ID": "toolset"}, json=body)
+            assert created.status_code == 200, created.text
+            async with mcp_client(f"{base}/shell/mcp", headers={"X-Session-ID": "toolset"}) as (session, _):
+                listed = sorted(tool.name for tool in (await session.list_tools()).tools)
+                await session.call_tool("write", {"file_path": "hello.txt", "content": "hi"})
+                read = await session.call_tool("read", {"file_path": "/work/hello.txt"})
+    assert listed == ["bash", "edit", "glob", "grep", "read", "submit", "todo_write", "write"]
+    assert text(read).startswith("     1\thi\n")

@@ -182,6 +182,15 @@ def test_a_one_tool_environment_takes_a_step_without_a_type_as_the_tools_argumen
         assert position(ws.step({"action": "DOWN", "metadata": {}})) == 8
 
 
+def test_a_call_without_its_type_is_a_call_tool_action_as_verifiers_sends_it(live):
+    # verifiers' OpenEnv taskset sends `{"tool_name", "arguments"}` without `type`; OpenEnv's server defaults it.
+    with frames(live) as ws:
+        ws.ask({"type": "reset", "data": {"seed": 42}})
+        assert position(ws.step({"tool_name": "lake_move", "arguments": {"action": "DOWN"}})) == 4
+        unknown = ws.step({"tool_name": "lake_jump", "arguments": {}})
+    assert unknown["observation"]["error"]["error_type"] == "tool_not_found"
+
+
 def test_pydantic_dumps_of_openenvs_actions_are_accepted(live):
     with frames(live) as ws:
         ws.ask({"type": "reset", "data": {"seed": 42}})

@@ -161,9 +161,15 @@ def parse_action(env_cls: type[Environment], data: dict[str, Any]) -> ToolCallAc
     if kind == "list_tools":
         return ListToolsAction.model_validate(data)
     if kind is None and len(env_cls.tools) == 1 and native is None:
-        # The only tool's arguments. A typed client's `model_dump()` adds `metadata`, which is not an argument.
         [spec] = env_cls.tools.values()
-        if "metadata" in data and "metadata" not in ((spec.schema or {}).get("properties") or {}):
+        arguments = (spec.schema or {}).get("properties") or {}
+        if isinstance(data.get("tool_name"), str) and "tool_name" not in arguments:
+            # A call_tool action without its `type` (verifiers' OpenEnv taskset sends them so), which OpenEnv's
+            # own server reads as call_tool, the field's default: not the only tool's arguments.
+            action = CallToolAction.model_validate(data)
+            return ToolCallAction(action.tool_name, action.arguments)
+        # The only tool's arguments. A typed client's `model_dump()` adds `metadata`, which is not an argument.
+        if "metadata" in data and "metadata" not in arguments:
             data = {key: value for key, value in data.items() if key != "metadata"}
         return ToolCallAction(spec.name, data)
     # Anything else must be a call_tool action (an unknown `type` fails on the literal).

@@ -41,7 +41,18 @@ def load(target, options):
     if inspect.isabstract(found):
         missing = ", ".join(sorted(found.__abstractmethods__))
         raise LoadFailed(f"'{class_name}' does not implement {missing}")
-    return OpenRewardAdapter(found, call_session_tool, Split, run_user_callable)
+    return OpenRewardAdapter(found, call_session_tool, Split, run_user_callable, Environment)
+
+
+def _input_schema(method):
+    """The JSON Schema of a tool method's one pydantic argument, or None for a tool without arguments."""
+    import typing
+
+    function = inspect.unwrap(method)
+    params = [p for p in inspect.signature(function).parameters.values() if p.name != "self"]
+    if not params:
+        return None
+    return typing.get_type_hints(function)[params[0].name].model_json_schema()
 
 
 def _first_line(exc):
@@ -50,8 +61,9 @@ def _first_line(exc):
 
 
 class OpenRewardAdapter:
-    def __init__(self, cls, call_session_tool, split_type, run_user_callable):
+    def __init__(self, cls, call_session_tool, split_type, run_user_callable, base):
         self.cls = cls
+        self.base = base
         self.call_session_tool = call_session_tool
         self.split_type = split_type
         self.run = run_user_callable
@@ -70,13 +82,54 @@ class OpenRewardAdapter:
             {"name": spec.name, "description": spec.description, "input_schema": spec.input_schema}
             for spec in listed.tools
         ]
+        if listed.terminal_tool is not None:
+            # openreward's list hides the terminal tool; ours lists it, marked (clients that know nothing of
+            # terminal tools can still call it).
+            term = listed.terminal_tool
+            tools.append(
+                {
+                    "name": term.name,
+                    "description": term.description,
+                    "input_schema": _input_schema(getattr(self.cls, term.name)),
+                    "terminal": True,
+                }
+            )
         return {
             "name": self.cls.name().lower(),
             "description": (self.cls.__doc__ or "").strip(),
             "splits": splits,
             "tools": tools,
-            "extra": {},
+            "extra": {
+                "task_tools": self._overrides("list_task_tools"),
+                "score_group": bool(self.cls._supports_score_group()),
+                "messages": self._overrides("get_messages"),
+            },
         }
+
+    def _overrides(self, method):
+        return getattr(self.cls, method) is not getattr(self.base, method)
+
+    async def request(self, instance, name, payload):
+        if name == "task_tools":
+            # The session's own tools, as openreward's server answers /task_tools (its list_session_tools): the
+            # shared ones are the description's, so only the task's are sent.
+            listed = await self.run(instance.list_task_tools)
+            return [
+                {"name": spec.name, "description": spec.description, "input_schema": spec.input_schema}
+                for spec in listed.tools
+            ]
+        if name == "messages":
+            return [message.model_dump(mode="json") for message in await self.run(instance.get_messages)]
+        if name == "score_group":
+            from openreward.environments.types import GroupCandidate, GroupScore
+
+            candidates = [GroupCandidate.model_validate(c) for c in payload]
+            scores = await self.run(instance.score_group, candidates)
+            return [
+                (s if isinstance(s, GroupScore) else GroupScore(reward=float(s))).model_dump(mode="json")
+                for s in scores
+            ]
+        raise Refused("not_found", f"the openreward adapter answers no request '{name}'")
 
     async def tasks(self, method, args):
         if method == "list_tasks":

@@ -1,0 +1,78 @@
+"""Play `contract` (tests/hosts/contract.py, tests/clients/contract_envs.py) with the official `openreward` client:
+`openreward_contract.py URL`: a task's own tool, a conversation, a terminal tool, group scoring and the version.
+
+Prints one line `ORS-CLIENT-RESULT <json>`. Runs in the openreward venv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
+
+from openreward import OpenReward  # noqa: E402
+from openreward.api.environments.types import GroupCandidate, Message, TextBlock, ToolCallBlock  # noqa: E402
+
+
+def _call(session, tool, arguments):
+    try:
+        out = session.call_tool(tool, arguments)
+    except Exception as exc:
+        return {"error": {"type": type(exc).__name__, "reason": getattr(exc, "reason", None)}}
+    return {"reward": out.reward, "finished": out.finished, "text": [b.text for b in out.blocks]}
+
+
+def _said(text: str) -> list[Message]:
+    return [
+        Message(role="user", blocks=[TextBlock(text="What is 2 + 2?")]),
+        Message(role="assistant", blocks=[TextBlock(text=text)]),
+    ]
+
+
+def main() -> None:
+    base_url = sys.argv[1]
+    seen: dict = {}
+    with OpenReward(api_key="local") as client:
+        env = client.environments.get(name="contract", base_url=base_url)
+        seen["tools"] = sorted(t.name for t in env.list_tools())
+        terminal = env.terminal_tool()
+        seen["terminal_tool"] = None if terminal is None else dataclasses.asdict(terminal)
+        seen["supports_score_group"] = env.supports_score_group()
+        hinted, plain = env.list_tasks("train")
+        with env.session(task=hinted) as session:
+            seen["version_keys"] = sorted(session.version())
+            seen["hinted_tools"] = sorted(t.name for t in session.list_tools())
+            seen["messages"] = [{"role": m.role, "text": [b.text for b in m.blocks]} for m in session.get_messages()]
+            seen["openai_messages"] = session.get_messages(format="openai")
+            seen["hint"] = _call(session, "hint", {})
+            seen["add"] = _call(session, "add", {"a": 2, "b": 5})
+            scores = session.score_group(
+                [
+                    _said("4"),
+                    GroupCandidate(messages=_said("5"), metadata={"rollout": 7}),
+                    [
+                        Message(role="user", blocks=[TextBlock(text="What is 2 + 2?")]),
+                        Message(
+                            role="assistant",
+                            blocks=[ToolCallBlock(id="c1", name="add", input={"a": 2, "b": 2}), TextBlock(text="4")],
+                        ),
+                    ],
+                ]
+            )
+            seen["scores"] = [dataclasses.asdict(score) for score in scores]
+            seen["after_scoring"] = _call(session, "add", {"a": 1, "b": 1})  # scoring ended nothing
+            seen["is_final"] = session.is_assistant_message_final()
+            out = session.call_terminal_tool("4")
+            seen["terminal"] = {"reward": out.reward, "finished": out.finished}
+            seen["after_terminal"] = _call(session, "add", {"a": 1, "b": 1})
+        with env.session(task=plain) as session:
+            seen["plain_tools"] = sorted(t.name for t in session.list_tools())
+            seen["plain_prompt"] = [b.text for b in session.get_prompt()]
+    print("ORS-CLIENT-RESULT " + json.dumps(seen), flush=True)
+
+
+if __name__ == "__main__":
+    main()
