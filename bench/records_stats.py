@@ -40,10 +40,12 @@ def fill(database: Database, n: int) -> None:
             labels = {"run": f"run-{i % 20}", **({"group": f"g{i % 7}"} if i % 2 else {})}
             task = json.dumps({"seed": i % 50})
             started = start + i * 86_400 / n
-            batch.episodes.append((key, key, key, 0, f"env-{i % 4}", "ors", json.dumps(labels), task, started, "o", 0))
+            batch.episodes.append(
+                (key, key, key, 0, f"env-{i % 4}", "ors", json.dumps(labels), task, started, "o", 0, 0)
+            )
             batch.labels += [(key, k, v) for k, v in labels.items()]
             steps = rng.randint(1, 30)
-            batch.counters[key] = (steps, rng.random() * steps, rng.random() < 0.7, steps, 0)
+            batch.counters[key] = (steps, rng.random() * steps, rng.random() < 0.7, steps, 0, 0)
             batch.ends.append((key, started + 30, "deleted"))
         database.write(batch)
 

@@ -97,7 +97,12 @@ def test_every_block_is_bash_python_or_text() -> None:
 def test_the_extraction_finds_the_readme_examples() -> None:
     """The parser itself: the README's examples are found, in their sections, and the Quick start is left out."""
     sections = {block.section for block in RUN_BLOCKS}
-    assert {"One episode with curl", "Which URL serves which era", "CodeAct: code as the action", "Eval Protocol"} <= sections
+    assert {
+        "One episode with curl",
+        "Which URL serves which era",
+        "CodeAct: code as the action",
+        "Eval Protocol",
+    } <= sections
     assert {"OpenEnv clients", "Write your own environment", "Compose MCP tool servers"} <= sections
     assert "reasoning-gym datasets" in sections
     assert not any(block.section == "Quick start" for block in RUN_BLOCKS)

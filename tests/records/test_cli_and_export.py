@@ -122,3 +122,29 @@ def test_evaluation_rows_validate_as_eval_protocols_model(tmp_path: Path, record
             "labels": {"run": "cli", "name": "cli-1"},
         },
     ]
+
+
+def test_a_reader_that_stops_early_ends_the_cli_quietly(tmp_path: Path) -> None:
+    """`ors-server episodes list | head -1`: the pipe breaks, and the CLI stops without a traceback."""
+    from ors_server.records.db import Batch, Database
+
+    path = tmp_path / "many.db"
+    database = Database(str(path))
+    batch = Batch.empty()
+    for n in range(3000):  # far more than a pipe's buffer of output
+        batch.episodes.append((f"k{n}", f"episode-{n:05d}", "s", 0, "math", "ors", "{}", "{}", float(n), "o", 0, 0))
+    database.write(batch)
+    database.close()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ors_server.cli", "episodes", "list", "--records", str(path), "--limit", "3000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()
+    process.stdout.close()  # as `head -1` does once it has its line
+    errors = process.stderr.read().decode()
+    process.stderr.close()
+    process.wait(timeout=60)
+    assert first.startswith(b"episode-02999")
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
