@@ -1,6 +1,7 @@
 """`--env` specs to environment classes: built-in names, `module:Class` imported from the working directory,
-`FRAMEWORK:module:Class[@PYTHON]` served from host processes (`ors_server.hosting`), or `reasoning-gym:...`
-(the library's datasets, `ors_server/environments/reasoning_gym.py`).
+`FRAMEWORK:module:Class[@PYTHON]` served from host processes (`ors_server.hosting`), `harbor:DIR` (Harbor tasks in
+containers, `ors_server.harbor`), or `reasoning-gym:...` (the library's datasets,
+`ors_server/environments/reasoning_gym.py`).
 
 As `uvicorn main:app` does, a `module:Class` spec imports from the directory the server was started in, with no
 `PYTHONPATH` needed. Worker and front processes (and Ray actors on this host) are handed that directory, so they
@@ -16,7 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ors_server import hosting
+from ors_server import harbor, hosting
 from ors_server.environment import Environment
 from ors_server.registry import Registry
 from ors_server.sandboxes.confinement import Confinement
@@ -46,6 +47,11 @@ def resolve_environments(
         prefix, _, rest = spec.partition(":")
         if spec.startswith(REASONING_GYM):
             resolved.extend(reasoning_gym_environments(spec, app_dir))
+        elif prefix == harbor.PREFIX:
+            try:
+                resolved.append(harbor.load(rest, app_dir))
+            except harbor.HarborLoadError as exc:
+                raise LoadError(str(exc)) from None
         elif prefix in hosting.FRAMEWORKS:
             try:
                 resolved.append(hosting.load(prefix, rest, app_dir, confined))

@@ -1,11 +1,11 @@
 """Server settings: one frozen object, validated when it is built, grouped by concern.
 
-Each group is a dataclass of its own (`Limits`, `Pools`, `Hosts`, `Network`, `Sandbox`, `Records`, `Scale`),
-documented here, and `Settings` is all of them (a field is read flat: `settings.max_sessions`). Every field is
-declared with `setting(...)`, which holds what the rest needs to know about it: its validation rule, and, for the
-fields that `ors-server serve` sets, the flag's help and metavar. `serve_flags()` turns that into one table (flag,
-field, type, default, help) from which the CLI builds its parser and against which a test checks the flags table of
-docs/production.md.
+Each group is a dataclass of its own (`Limits`, `Pools`, `Hosts`, `Network`, `Sandbox`, `Containers`, `Records`,
+`Scale`), documented here, and `Settings` is all of them (a field is read flat: `settings.max_sessions`). Every
+field is declared with `setting(...)`, which holds what the rest needs to know about it: its validation rule, and,
+for the fields that `ors-server serve` sets, the flag's help and metavar. `serve_flags()` turns that into one table
+(flag, field, type, default, help) from which the CLI builds its parser and against which a test checks the flags
+table of docs/production.md.
 """
 
 from __future__ import annotations
@@ -439,6 +439,47 @@ class Records:
     whenever something of it is recorded); past it a new one is refused with 503 and `Retry-After`."""
 
 
+@dataclass(frozen=True)
+class Containers:
+    """Harbor tasks (`--env harbor:DIR`): where their images and containers live, what a container gets when its
+    task does not say, and how many are kept started ahead of sessions (`ors_server.harbor`)."""
+
+    harbor_pool: int = setting(
+        1,
+        "containers of each Harbor task kept started, with their shell open, ahead of sessions (0: none)",
+        rule="not_negative",
+        metavar="N",
+    )
+    """Warm containers per task (`harbor/pool.py`); each idle one holds a `sleep`, a shell and a podman client
+    (~40 MB), and the pools of all tasks are started two at a time."""
+    harbor_internet: bool = setting(
+        False,
+        "let Harbor tasks that set allow_internet = true reach the network (otherwise no task has any)",
+        shown="off",
+    )
+    harbor_image: tuple[str, ...] = setting(
+        (),
+        "build a Dockerfile's FROM IMAGE (or use a docker_image) with the local image LOCAL instead; repeat for more",
+        metavar="IMAGE=LOCAL",
+        shown="none",
+    )
+    harbor_cpus: float = setting(
+        1.0, "CPUs of a Harbor task's container when its task.toml does not say", rule="positive", metavar="N"
+    )
+    harbor_memory_mb: int = setting(
+        2048,
+        "memory (MiB) of a Harbor task's container when its task.toml does not say",
+        rule="at_least_1",
+        metavar="N",
+    )
+    harbor_dir: str | None = setting(
+        None,
+        "where Harbor tasks' images and containers are kept (podman's storage and configuration)",
+        metavar="DIR",
+        shown="`$ORS_HARBOR_DIR`, else `~/.cache/ors-server/harbor`",
+    )
+
+
 def read_key_file(path: str) -> str:
     """The API key in the file at `path`: its first line, stripped; ValueError naming the file otherwise."""
     try:
@@ -462,7 +503,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 # Field order is the reverse of this list (dataclasses collect fields from the last base first).
 @dataclass(frozen=True)
-class Settings(Scale, Records, Sandbox, Network, Hosts, Pools, Limits):
+class Settings(Scale, Records, Containers, Sandbox, Network, Hosts, Pools, Limits):
     """Everything a server (or a deployment of several processes) is told, validated when it is built; error
     messages name the field and the rule."""
 
@@ -477,6 +518,10 @@ class Settings(Scale, Records, Sandbox, Network, Hosts, Pools, Limits):
                 raise ValueError(f"{spec.name} must be {' or '.join(map(repr, choices))}, got {value!r}")
         if self.worker_tag is not None:
             WorkerTag.parse(self.worker_tag)
+        for entry in self.harbor_image:
+            source, sep, target = entry.partition("=")
+            if not (sep and source.strip() and target.strip()):
+                raise ValueError(f"harbor_image entries must be FROM=LOCAL, got {entry!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port!r}")
 
@@ -562,6 +607,7 @@ GROUPS: dict[type, str] = {
     Pools: "thread pools",
     Hosts: "host processes (environments of other frameworks)",
     Sandbox: "CodeAct sandbox",
+    Containers: "Harbor tasks (containers)",
     Records: "episode records",
     Scale: "scale-out",
 }

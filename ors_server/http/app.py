@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ors_server import hosting, internals
+from ors_server import harbor, hosting, internals
 from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
@@ -79,6 +79,8 @@ def create_app(
                 await stack.enter_async_context(recorder.run())
             # Host pools outlive the store: its sessions are torn down (in their host processes) before they close.
             await stack.enter_async_context(hosting.pools(environments, settings, store))
+            # Likewise Harbor tasks' containers: episodes release theirs before the runtime removes the rest.
+            await stack.enter_async_context(harbor.serving(environments, settings))
             await stack.enter_async_context(store.run())
             for face in faces_table.faces:
                 if face.lifespan is not None:

@@ -1,0 +1,2 @@
+#!/bin/bash
+ls /sys/class/net > /tmp/interfaces.txt
