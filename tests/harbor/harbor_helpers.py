@@ -139,7 +139,7 @@ def solution(task: str) -> str:
 def containers(owner: str | None = None, task: str | None = None) -> list[str]:
     """Ids of the Harbor containers in the test storage of `owner` (default: this process), of one task if given."""
     podman = Podman(harbor_dir())
-    argv = ["ps", "--all", "--quiet", "--filter", f"label={OWNER_LABEL}={owner or owner_id()}"]
+    argv = ["ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={OWNER_LABEL}={owner or owner_id()}"]
     if task is not None:
         argv += ["--filter", f"label={HARBOR_LABEL}={task}"]
     done = podman.run_sync(*argv, timeout=60)
