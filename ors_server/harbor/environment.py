@@ -16,9 +16,10 @@ import anyio
 from pydantic import BaseModel, Field
 
 from ors_server.environment import Environment, InvalidTaskSpec, tool
-from ors_server.harbor.container import Container
 from ors_server.harbor.runtime import HarborRuntime
 from ors_server.harbor.tasks import HarborTask
+from ors_server.sandboxes.container import Container, ContainerSandbox
+from ors_server.sandboxes.interface import Sandbox
 from ors_server.types import Split, TextBlock, ToolOutput
 
 COMMAND_TIMEOUT = 180.0
@@ -62,6 +63,7 @@ class HarborEnvironment(Environment):
             raise InvalidTaskSpec(f"task_spec 'name' must name a task of {self.name}, one of: {shown}")
         self.task = task
         self.container: Container | None = None
+        self.sandbox: ContainerSandbox | None = None
         self.deadline = math.inf
 
     @classmethod
@@ -79,10 +81,17 @@ class HarborEnvironment(Environment):
         if runtime is None:
             raise RuntimeError("the Harbor environment is not being served (no runtime)")
         self.container = await runtime.take(self.task)
+        self.sandbox = ContainerSandbox(self.container)
         self.deadline = anyio.current_time() + self.task.agent_timeout
+
+    def toolset_sandbox(self) -> Sandbox | None:
+        """The episode's container, for the toolsets a client asks for (each command a fresh `podman exec`)."""
+        return self.sandbox
 
     async def teardown(self) -> None:
         container, self.container = self.container, None
+        if self.sandbox is not None:
+            await self.sandbox.close()
         if container is not None:
             runtime = type(self).runtime
             if runtime is not None:

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import anyio
 
-from ors_server.harbor.podman import HARBOR_LABEL, Podman, PodmanError
 from ors_server.harbor.tasks import HarborTask
+from ors_server.sandboxes.podman import HARBOR_LABEL, Podman, PodmanError
 
 logger = logging.getLogger("ors_server.harbor")
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from ors_server.harbor.container import Container
+from ors_server.sandboxes.container import Container
 
 logger = logging.getLogger("ors_server.harbor")
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import anyio
 
-from ors_server.harbor.container import Container, Limits
 from ors_server.harbor.images import ImageError, Images, parse_mapping
-from ors_server.harbor.podman import Podman, default_dir
 from ors_server.harbor.pool import STARTING_AT_ONCE, WarmPool
 from ors_server.harbor.tasks import HarborTask
+from ors_server.sandboxes.container import Container, Limits
+from ors_server.sandboxes.podman import Podman, default_dir
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.harbor")

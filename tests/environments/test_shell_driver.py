@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from ors_server.environments.shell.confinement import Bubblewrap, Unconfined, bwrap_problem, prepare_workdir
-from ors_server.environments.shell.driver import BashDriver, Capture, CommandResult, ShellClosed
+from ors_server.sandboxes.persistent_shell import BashDriver, Capture, CommandResult, ShellClosed
 
 pytestmark = pytest.mark.anyio
 

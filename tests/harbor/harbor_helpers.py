@@ -24,9 +24,9 @@ import httpx
 import pytest
 
 from ors_server import harbor
-from ors_server.app import create_app
 from ors_server.harbor.images import Images
-from ors_server.harbor.podman import HARBOR_LABEL, OWNER_LABEL, Podman, owner_id
+from ors_server.http.app import create_app
+from ors_server.sandboxes.podman import HARBOR_LABEL, OWNER_LABEL, Podman, owner_id
 from ors_server.settings import Settings
 from tests.serving import serve
 

@@ -18,8 +18,8 @@ import httpx
 
 from ors_server.harbor import HarborEnvironment
 from ors_server.harbor.images import Images
-from ors_server.harbor.podman import HARBOR_LABEL, Podman
 from ors_server.harbor.tasks import read_task
+from ors_server.sandboxes.podman import HARBOR_LABEL, Podman
 from tests.harbor.harbor_helpers import (
     TASKS,
     Episode,

@@ -15,7 +15,8 @@ mount namespaces, as uid 65534, with only its working directory and a small /tmp
 processes and file size (the `ORS_SHELL_*` variables). Where bubblewrap cannot run, shell sessions fail to start
 unless the operator sets `ORS_SHELL_SANDBOX=none`, which runs them unconfined and logs a warning for every session.
 
-Modules: `driver` (the bash driver), `confinement` (the sandbox), `exercises` (the catalogue and its checks),
+Modules: `confinement` (the sandbox; the bash driver is `ors_server.sandboxes.persistent_shell`, which Harbor
+tasks' containers use too), `exercises` (the catalogue and its checks),
 `environment` (the `Shell` environment).
 """
 

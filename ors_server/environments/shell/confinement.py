@@ -166,7 +166,7 @@ def prepare_workdir(root: Path, workdir: Path) -> None:
         os.chown(path, *ids, follow_symlinks=False)
 
 
-# The two confinements (see `driver.Confinement`).
+# The two confinements (see `ors_server.sandboxes.persistent_shell.Confinement`).
 
 
 class Bubblewrap:

@@ -18,11 +18,11 @@ from ors_server.environments.shell.confinement import (
     shell_resources,
     warn_unconfined,
 )
-from ors_server.environments.shell.driver import BashDriver
 from ors_server.environments.shell.exercises import EXERCISES, TEST, TRAIN, Workdir
 from ors_server.sandboxes.bubblewrap import mount_tmpfs, optional_flags, private_dir, remove_tree
 from ors_server.sandboxes.directory import BubblewrapSandbox
 from ors_server.sandboxes.interface import Sandbox
+from ors_server.sandboxes.persistent_shell import BashDriver
 
 MAX_COMMAND_CHARS = 100_000
 PROGRESS_AFTER = 2.0

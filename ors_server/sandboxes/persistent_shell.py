@@ -13,7 +13,8 @@ driver remembers the markers it is still owed: the next command drains them firs
 earlier command's output. A shell that cannot be brought back (it exited, or ignores the signal) is replaced by
 a new one in the same directory, and the result says so.
 
-Where bash runs, and how its processes are found and killed, is the `Confinement`'s business (`confinement.py`).
+Where bash runs, and how its processes are found and killed, is the `Confinement`'s business: bubblewrap or none
+(the shell environment's `confinement.py`), or a task's container (`sandboxes/container.py`).
 """
 
 from __future__ import annotations

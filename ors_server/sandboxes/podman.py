@@ -127,14 +127,31 @@ class Podman:
     async def call(
         self, args: list[str], *, within: float, merge: bool = False, env: Mapping[str, str] | None = None
     ) -> tuple[int, str, str]:
-        """Run `podman ARGS`: (exit status, stdout, stderr); TimeoutError (podman killed) after `within` seconds.
+        """Run `podman ARGS`: (exit status, stdout, stderr); TimeoutError (podman killed) after `within` seconds."""
+        code, out, err, _ = await self.call_bytes(args, within=within, merge=merge, env=env)
+        return code, out.decode(errors="replace"), err.decode(errors="replace")
 
-        Its output goes to files, not pipes: `podman run --detach` leaves conmon behind holding what it inherited,
-        and a reader waiting for a pipe's end would wait for the container's."""
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    async def call_bytes(
+        self,
+        args: list[str],
+        *,
+        within: float,
+        merge: bool = False,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        max_output: int | None = None,
+    ) -> tuple[int, bytes, bytes, bool]:
+        """`call` with bytes: stdin given, each stream cut to `max_output` bytes (and whether one was cut).
+
+        Output goes to files, not pipes: `podman run --detach` leaves conmon behind holding what it inherited, and a
+        reader waiting for a pipe's end would wait for the container's."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as given:
+            if stdin is not None:
+                given.write(stdin)
+                given.seek(0)
             process = await anyio.open_process(
                 self.argv(*args),
-                stdin=subprocess.DEVNULL,
+                stdin=given if stdin is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=out if merge else err,
                 env={**self.environment, **(env or {})},
@@ -147,9 +164,15 @@ class Podman:
                     process.kill()
                     await process.wait()
                 raise
-            out.seek(0)
-            err.seek(0)
-            return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+            kept = []
+            cut = False
+            for file in (out, err):
+                file.seek(0)
+                data = file.read() if max_output is None else file.read(max_output + 1)
+                if max_output is not None and len(data) > max_output:
+                    data, cut = data[:max_output], True
+                kept.append(data)
+            return code, kept[0], kept[1], cut
 
     def run_sync(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
