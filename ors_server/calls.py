@@ -461,7 +461,13 @@ class Calls:
             self._end_if_lost(call)
             return self._crashed(call, exc)
         if not isinstance(output, ToolOutput):
-            return ToolCrashed(f"tool '{name}' returned {type(output).__name__}, not a ToolOutput")
+            shown = repr(output)
+            wrong = session.redact(
+                f"{type(episode.env).__name__}.{name}() returned {type(output).__name__} "
+                f"{shown[:60]}{'...' if len(shown) > 60 else ''}; it must return a ToolOutput"
+            )
+            logger.warning("session %s: %s", session.id, wrong, extra={"session_id": session.id})
+            return ToolCrashed(wrong)
         return self._bounded(name, output)
 
     def _crashed(self, call: ToolCall, exc: Exception) -> ToolCrashed:

@@ -60,7 +60,7 @@ from ors_server.runtime.worker_threads import run_in_thread
 from ors_server.sandboxes.confinement import Confinement
 from ors_server.settings import Settings
 from ors_server.toolsets.session import episode_tools
-from ors_server.types import Blocks, Message
+from ors_server.types import Blocks, Message, TextBlock
 
 logger = logging.getLogger("ors_server.sessions")
 
@@ -661,13 +661,21 @@ class SessionStore:
             env = episode.env
             if env is None or episode.ended:
                 raise SessionStarting()
+            value: Any
             try:
-                value = await self.runtime.lifecycle(getattr(env, method))
+                if method == "initial_observation" and type(env).initial_observation is Environment.initial_observation:
+                    # The default is the prompt's text: read (and check) the prompt, so a prompt of the wrong type
+                    # is named here too rather than read as an empty observation.
+                    blocks = _prompt_blocks(type(env).__name__, await self.runtime.lifecycle(env.get_prompt))
+                    value = "\n".join(block.text for block in blocks if isinstance(block, TextBlock))
+                else:
+                    value = await self.runtime.lifecycle(getattr(env, method))
                 if method == "get_prompt":
                     value = _prompt_blocks(type(env).__name__, value)
                 elif method == "get_messages":
                     value = _messages.validate_python(list(value))
-            except WrongReturn as exc:
+            except WrongReturn as exc:  # the author's bug, said plainly, in the log too
+                logger.warning("session %s: %s", session.id, session.redact(str(exc)), extra={"session_id": session.id})
                 raise ReadFailed(session.redact(str(exc))) from None
             except Exception as exc:
                 raise ReadFailed(session.redact(f"{method} failed: {_describe(exc)}")) from None
