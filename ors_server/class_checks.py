@@ -65,6 +65,12 @@ def _check_split(env_cls: type[Environment], split: str) -> None:
         return
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ClassCheckFailed(f"{name}.num_tasks({split!r}) returned {_shown(count)}; it must return an int >= 0")
+    if count and env_cls.get_task.__func__ is not Environment.get_task.__func__:  # type: ignore[attr-defined]
+        task = _asked(env_cls.get_task, split, 0)  # a lazy dataset: its first task alone, however many it has
+        if task is not _SKIPPED and not isinstance(task, dict):
+            raise ClassCheckFailed(
+                f"{name}.get_task({split!r}, 0) returned {_shown(task)}; it must return a task spec (dict)"
+            )
 
 
 _SKIPPED = object()

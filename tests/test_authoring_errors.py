@@ -130,6 +130,14 @@ def _served(**methods: Any) -> type[Environment]:
             {"list_splits": lambda cls: ["train"], "num_tasks": lambda cls, split: "12"},
             r"Wrong\.num_tasks\('train'\) returned str '12'; it must return an int >= 0",
         ),
+        (
+            {
+                "list_splits": lambda cls: ["train"],
+                "num_tasks": lambda cls, split: 10**9,
+                "get_task": lambda cls, split, index: f"task {index}",
+            },
+            r"Wrong\.get_task\('train', 0\) returned str 'task 0'; it must return a task spec \(dict\)",
+        ),
     ],
 )
 def test_splits_and_tasks_of_the_wrong_type_are_refused_when_served(methods: dict[str, Any], message: str) -> None:
