@@ -6,6 +6,9 @@
 `/stream/call` and `/sse/call` send the same events through `StreamingResponse` and sse-starlette's
 `EventSourceResponse`, to price the response classes (see PROFILE.md).
 
+`asgi` is the stack's floor: a pure ASGI app (no Starlette) answering `/counter/call` with the same bytes in one
+response, on the same uvicorn (`uvicorn bench.ceiling:asgi`): what any server on this stack pays per call.
+
 So that a real ORS client can drive it (bench/run.py workload u), it also answers the session endpoints in our
 server's shapes (`/counter/tasks`, `/counter/tools`, `/create_session`, `/create`, `/ping`, `/delete`,
 `/delete_session`), keeping nothing: every id is accepted.
@@ -99,3 +102,29 @@ app = Starlette(
         Route("/sse/call", sse, methods=["POST"]),
     ]
 )
+
+
+ASGI_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    *((k.lower().encode(), v.encode()) for k, v in HEADERS.items()),
+]
+
+
+async def asgi(scope, receive, send) -> None:
+    """The pure ASGI floor: read the body, parse it, answer `/call`'s SSE bytes in one response."""
+    if scope["type"] != "http":
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+        return
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    json.loads(body)
+    reply = "".join(events(uuid.uuid4().hex)).encode()
+    headers = [*ASGI_HEADERS, (b"content-length", str(len(reply)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": reply})

@@ -2,7 +2,7 @@
 
     python bench/inprocess.py [--profile]
 
-Compares the bare ceiling route (bench/ceiling.py) with our app serving a sync and an async counter tool, in
+Compares the pure ASGI floor and the bare Starlette ceiling route (bench/ceiling.py) with our app serving a sync and an async counter tool, in
 one process, so the figures are our server's own cost per call (no sockets, no load client on the other core).
 With --profile it prints cProfile's top frames for the sync tool.
 """
@@ -23,6 +23,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.ceiling import app as ceiling_app  # noqa: E402
+from bench.ceiling import asgi as floor_app  # noqa: E402
 from bench.envs import AsyncCounter, Counter  # noqa: E402
 from ors_server.http.app import create_app  # noqa: E402
 from ors_server.settings import Settings  # noqa: E402
@@ -82,8 +83,9 @@ async def main() -> None:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     logging.getLogger("ors_server").setLevel(logging.WARNING)
-    figures: dict[str, list[float]] = {"ceiling": [], "ours, async tool": [], "ours, sync tool": []}
+    figures: dict[str, list[float]] = {"floor": [], "ceiling": [], "ours, async tool": [], "ours, sync tool": []}
     for _ in range(args.rounds):  # interleaved
+        figures["floor"].append(await per_call(floor_app, "/counter/call", args.n, {}))
         figures["ceiling"].append(await per_call(ceiling_app, "/counter/call", args.n, {}))
         figures["ours, async tool"].append(await ours(AsyncCounter, args.n, False))
         figures["ours, sync tool"].append(await ours(Counter, args.n, False))
