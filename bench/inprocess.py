@@ -2,9 +2,9 @@
 
     python bench/inprocess.py [--profile]
 
-Compares the pure ASGI floor and the bare Starlette ceiling route (bench/ceiling.py) with our app serving a sync and an async counter tool, in
-one process, so the figures are our server's own cost per call (no sockets, no load client on the other core).
-With --profile it prints cProfile's top frames for the sync tool.
+Compares the pure ASGI floor and the bare Starlette ceiling route (bench/ceiling.py) with our app serving a sync
+and an async counter tool, in one process, so the figures are our server's own cost per call (no sockets, no load
+client on the other core). With --profile it prints cProfile's top frames for the sync tool.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ How to add a face
        routes' endpoints may lead nowhere), which is all a scale-out front needs to route the face's requests
        and to refuse in its shape.
     That is all: the app runs the lifespan, and one table (`FaceTable`) learns which face a request belongs to
-    from the faces' routes: the app routes the request among that face's routes (`FaceRouter`), and the Guard
-    and Observe middleware render refusals in the face's shape and label metrics with its name.
+    from the faces' routes: the app routes the request among that face's routes (`FaceRouter`), and the entry
+    (`ors_server.http.entry`) renders refusals in the face's shape and label metrics with its name.
 
     A face served under a prefix (for example `/openenv/{env}` and `/openenv`) declares a `Mount` for each
     prefix, with its HTTP and WebSocket routes inside. A `Mount` takes every path under its prefix, so

@@ -68,7 +68,7 @@ def _control(handler: Handler) -> Handler:
         except OrsError as exc:
             return render_error(exc)
         except ClientDisconnect:
-            raise  # the client is gone: not a server error (counted apart by Observe)
+            raise  # the client is gone: not a server error (counted apart by the entry)
         except Exception:
             logger.exception("control-plane request failed")
             return render_error(Refused(500, "Internal server error"))

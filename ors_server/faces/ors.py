@@ -127,7 +127,7 @@ class BodyInvalid(OrsError):
 
 
 async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool = False) -> Any:
-    """The body as `model`. Its size is already bounded: the `Guard` middleware answers 413 past the limit."""
+    """The body as `model`. Its size is already bounded: the entry (`ors_server.http.entry`) answers 413 past the limit."""
     raw = await request.body()
     if not raw.strip() and empty_ok:
         raw = b"{}"

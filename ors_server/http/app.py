@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -19,9 +18,9 @@ from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
 from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, episodes, mcp, openenv, ors
-from ors_server.http.guards import Guard, HeaderChecks
-from ors_server.http.lookup import WorkerSide
-from ors_server.http.observability import Metrics, Observe
+from ors_server.http.entry import App, Entry, RouteCache
+from ors_server.http.guards import HeaderChecks
+from ors_server.http.observability import Metrics
 from ors_server.records.reading import Reader
 from ors_server.records.recorder import RecordsCollector, recorder_for
 from ors_server.registry import Registry
@@ -93,15 +92,22 @@ def create_app(
 
     # Behind a front, the front counts failed key checks: a worker sees only the front's address.
     checks = HeaderChecks.from_settings(settings, throttled=settings.worker_tag is None)
-    routes = [FaceRouter(faces_table, extra=[Route("/metrics", metrics.endpoint)])]
-    middleware = [
-        Middleware(Observe, metrics=metrics, faces=faces_table),
-        Middleware(Guard, faces=faces_table, checks=checks, max_body_bytes=settings.max_body_bytes),
-    ]
+    face_router = FaceRouter(faces_table, extra=[Route("/metrics", metrics.endpoint)])
+    worker = None
     if settings.worker_tag is not None:
         # Behind a front: answer its lookups and report this worker's load on every reply (`ors_server.http.lookup`).
-        middleware.append(Middleware(WorkerSide, store=store, calls=calls, transport_key=core.aliases.key_for))
-    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=_handlers(faces_table))
+        worker = (store, calls, core.aliases.key_for)
+    app = App(routes=[face_router], lifespan=lifespan)
+    app.entry = lambda app: Entry(
+        app.router,
+        RouteCache(face_router.routers),
+        faces_table,
+        metrics,
+        checks=checks,
+        max_body_bytes=settings.max_body_bytes,
+        handlers=_handlers(faces_table),
+        worker=worker,
+    )
     app.state.settings = settings
     app.state.registry = registry
     app.state.store = store

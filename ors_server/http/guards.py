@@ -1,5 +1,5 @@
 """Refusals before any face's handlers run: a duplicated Host or Origin, a stranger Host or Origin, the optional
-API key, the body size limit.
+API key, the body size limit (`ors_server.http.entry` makes them, in this order).
 
 Each refusal is rendered by the face the request belongs to (its routes say which), in that face's shape. The
 front of a deployment makes the same header checks (`HeaderChecks`) before it reads a body or routes a request.
@@ -10,12 +10,13 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
+from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ors_server.errors import Refused
-from ors_server.faces import FaceTable, deny_websocket
+from ors_server.faces import Face, deny_websocket
 from ors_server.http.hosts import AllowedHosts
 from ors_server.http.key_throttle import KeyThrottle, client_address
 from ors_server.settings import Settings
@@ -141,71 +142,48 @@ class HeaderChecks:
         return any(matches), any(keys) or bool(cookie)
 
 
-class Guard:
-    """The `HeaderChecks` on every request, WebSockets included, then the body size limit."""
+async def count_body(
+    app: Callable[[Face, Scope, Receive, Send], Awaitable[None]],
+    face: Face,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    max_body_bytes: int,
+    too_large: Response,
+) -> None:
+    """Run `app` on a body of undeclared size (chunked), counted as it arrives. Past `max_body_bytes` the client
+    gets `too_large` (the 413) at once and the app sees a disconnect, so no face ever holds more than the limit in
+    memory."""
+    received = 0
+    started = answered = False
 
-    def __init__(self, app: ASGIApp, faces: FaceTable, checks: HeaderChecks, max_body_bytes: int) -> None:
-        self.app = app
-        self.faces = faces
-        self.checks = checks
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            refusal = self.checks.refusal(scope)
-            if refusal is not None:
-                return await refuse_websocket(scope, receive, send, refusal, self.faces.of(scope).render_error(refusal))
-            return await self.app(scope, receive, send)
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        refusal = self.checks.refusal(scope)
-        if refusal is not None:
-            return await self.faces.of(scope).render_error(refusal)(scope, receive, send)
-        headers = dict(scope["headers"])
-        declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_body_bytes:
-            return await self._too_large(scope, receive, send)
-        if b"transfer-encoding" in headers:
-            return await self._counted(scope, receive, send)
-        await self.app(scope, receive, send)
-
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = Refused(413, f"request body larger than {self.max_body_bytes} bytes")
-        await self.faces.of(scope).render_error(refusal)(scope, receive, send)
-
-    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A body of undeclared size (chunked) is counted as it arrives. Past the limit the client gets the 413
-        at once and the app sees a disconnect, so no face ever holds more than the limit in memory."""
-        received = 0
-        started = answered = False
-
-        async def counted_receive() -> Message:
-            nonlocal received, answered
-            if answered:
+    async def counted_receive() -> Message:
+        nonlocal received, answered
+        if answered:
+            return {"type": "http.disconnect"}
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > max_body_bytes:
+                if not started:
+                    answered = True
+                    await too_large(scope, receive, send)
                 return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    if not started:
-                        answered = True
-                        await self._too_large(scope, receive, send)
-                    return {"type": "http.disconnect"}
-            return message
+        return message
 
-        async def guarded_send(message: Message) -> None:
-            nonlocal started
-            if answered:
-                return  # the client has its 413; whatever the app answers to the disconnect is dropped
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+    async def guarded_send(message: Message) -> None:
+        nonlocal started
+        if answered:
+            return  # the client has its 413; whatever the app answers to the disconnect is dropped
+        started = started or message["type"] == "http.response.start"
+        await send(message)
 
-        try:
-            await self.app(scope, counted_receive, guarded_send)
-        except Exception:
-            if not answered:
-                raise
-            # The app failed on the disconnect it was shown, after the client already had its answer.
+    try:
+        await app(face, scope, counted_receive, guarded_send)
+    except Exception:
+        if not answered:
+            raise
+        # The app failed on the disconnect it was shown, after the client already had its answer.
 
 
 async def refuse_websocket(scope: Scope, receive: Receive, send: Send, refusal: Refused, response: Response) -> None:

@@ -10,7 +10,7 @@ request but `/health` must name an allowed host, and a browser's `Origin`, when 
 - every `--allowed-host` entry: `name:port` exactly, `name` without a port, or `name:*` for any port.
 
 Names compare case-insensitively. The rules are the MCP SDK's (`TransportSecuritySettings`), applied once in
-the Guard middleware for every face, WebSockets included.
+the entry (`ors_server.http.entry`) for every face, WebSockets included.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from ors_server.calls import Calls
 from ors_server.sessions import SessionStore
@@ -39,37 +39,19 @@ def parse_load(value: bytes) -> tuple[int, int, int] | None:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
-class WorkerSide:
-    """ASGI middleware of a worker (inside the Host/API-key guard): answers lookups, reports its load."""
-
-    def __init__(
-        self, app: ASGIApp, store: SessionStore, calls: Calls, transport_key: Callable[[str], str | None]
-    ) -> None:
-        self.app, self.store, self.calls, self.transport_key = app, store, calls, transport_key
-
-    def holds(self, key: str) -> str | None:
-        held = self.store.holds(key)
-        if held is None and self.transport_key(key) is not None:
-            held = "live"  # an MCP transport id bound to one of this worker's sessions
-        return held
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        if scope["path"] == LOOKUP_PATH and scope["method"] == "GET":
-            key = next((v.decode("latin-1") for n, v in scope["headers"] if n == KEY_HEADER), "")
-            body = json.dumps({"held": self.holds(key) if key else None}).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            await send({"type": "http.response.start", "status": 200, "headers": [*headers, self._load()]})
-            await send({"type": "http.response.body", "body": body})
-            return
-
-        async def reporting_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*(message.get("headers") or []), self._load()]}
-            await send(message)
-
-        await self.app(scope, receive, reporting_send)
-
-    def _load(self) -> tuple[bytes, bytes]:
-        return LOAD_HEADER, load_value(self.store, self.calls)
+async def answer_lookup(
+    scope: Scope, worker: tuple[SessionStore, Calls, Callable[[str], str | None]], send: Send
+) -> None:
+    """Answer a front's `GET /_ors/lookup` (after the Host and API-key checks): whether this worker holds the id in
+    `x-ors-lookup` (a session, or an MCP transport id bound to one of its sessions), and its load."""
+    store, calls, transport_key = worker
+    key = next((v.decode("latin-1") for n, v in scope["headers"] if n == KEY_HEADER), "")
+    held = store.holds(key) if key else None
+    if key and held is None and transport_key(key) is not None:
+        held = "live"
+    body = json.dumps({"held": held}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [*headers, (LOAD_HEADER, load_value(store, calls))]}
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -7,16 +7,17 @@ session id, environment and tool. Headers and bodies (where secrets travel) are 
 from __future__ import annotations
 
 import logging
-import time
+from bisect import bisect_left
 from collections.abc import Iterator
-from typing import Any
+from itertools import accumulate
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from starlette.requests import ClientDisconnect, Request
+from prometheus_client.utils import floatToGoString
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from ors_server.calls import Calls, Observer, ToolCall, outcome
 from ors_server.codeact.tool import EXECUTE_CODE
@@ -28,7 +29,7 @@ access_log = logging.getLogger("ors_server.access")
 CLIENT_DISCONNECTED = "client_disconnected"
 CLIENT_CLOSED_REQUEST = 499
 """The access log's status for a request its client abandoned (nginx's convention)."""
-_STATUS_CLASSES = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
+STATUS_CLASSES = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
 
 SESSION_EVENTS = ("created", "deleted", "reaped", "shutdown", "setup_failed")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -66,43 +67,71 @@ class _StoreCollector(Collector):
         )
 
 
+class Tally(Collector):
+    """Counters and latency histograms kept as plain numbers where calls and requests end, handed to Prometheus
+    only at scrape time: on the call path an observation is a dict lookup, a bisection and two additions (a
+    `prometheus_client` child takes a lock and loops over its buckets in Python for each). The event loop's thread
+    is the only writer and reader (observers and the `/metrics` endpoint run there)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str], int] = {}  # (env, tool, outcome)
+        self.requests: dict[tuple[str, str], int] = {}  # (face, outcome)
+        self.call_seconds: dict[str, list[float]] = {}  # by env: a count per bucket (the last +Inf), then the sum
+        self.request_seconds: dict[str, list[float]] = {}  # by face
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        calls = CounterMetricFamily(
+            "ors_tool_calls", "Tool calls by environment, tool and outcome", labels=["env", "tool", "outcome"]
+        )
+        for key, count in self.counts.items():
+            calls.add_metric(list(key), count)
+        yield calls
+        yield _histogram(
+            "ors_tool_call_seconds",
+            "Time a tool call takes in the session, queueing included",
+            "env",
+            self.call_seconds,
+        )
+        yield _histogram("ors_request_seconds", "HTTP request latency per face", "face", self.request_seconds)
+        requests = CounterMetricFamily(
+            "ors_requests",
+            "HTTP requests by face and outcome: the status class, or client_disconnected",
+            labels=["face", "outcome"],
+        )
+        for face_outcome, count in self.requests.items():
+            requests.add_metric(list(face_outcome), count)
+        yield requests
+
+
+def observe(rows: dict[str, list[float]], label: str, seconds: float) -> None:
+    row = rows.get(label)
+    if row is None:
+        row = rows[label] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+    row[bisect_left(LATENCY_BUCKETS, seconds)] += 1  # the first bucket whose bound is >= seconds, as Prometheus
+    row[-1] += seconds
+
+
+def _histogram(name: str, doc: str, label: str, rows: dict[str, list[float]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=[label])
+    bounds = [*(floatToGoString(bound) for bound in LATENCY_BUCKETS), "+Inf"]
+    for value, row in rows.items():
+        cumulative = list(accumulate(row[:-1]))
+        family.add_metric([value], buckets=list(zip(bounds, cumulative, strict=True)), sum_value=row[-1])
+    return family
+
+
 class Metrics(Observer):
     """The Prometheus registry: the store's state read at scrape time, calls counted as they end (an observer
-    of the call pipeline), requests counted by `Observe`."""
+    of the call pipeline), requests counted by `ors_server.http.entry` (both in a `Tally`)."""
 
     def __init__(self, store: SessionStore, calls: Calls, faces: FaceTable) -> None:
         self.store, self.calls = store, calls
         self.registry = CollectorRegistry()
         self.registry.register(_StoreCollector(store, calls))
-        self.tool_calls = Counter(
-            "ors_tool_calls",
-            "Tool calls by environment, tool and outcome",
-            ["env", "tool", "outcome"],
-            registry=self.registry,
-        )
-        self.tool_seconds = Histogram(
-            "ors_tool_call_seconds",
-            "Time a tool call takes in the session, queueing included",
-            ["env"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.request_seconds = Histogram(
-            "ors_request_seconds",
-            "HTTP request latency per face",
-            ["face"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self._call_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
-        self.request_seconds_by_face = {face: self.request_seconds.labels(face) for face in faces.names}
-        self.requests = Counter(
-            "ors_requests",
-            "HTTP requests by face and outcome: the status class, or client_disconnected",
-            ["face", "outcome"],
-            registry=self.registry,
-        )
-        self._request_children: dict[tuple[str, str], Any] = {}
+        self.tally = Tally()
+        for face in faces.names:  # every face's latency series exists from the start, at zero
+            self.tally.request_seconds[face] = [0.0] * (len(LATENCY_BUCKETS) + 2)
+        self.registry.register(self.tally)
         calls.observe(self)
 
     def call_ended(self, call: ToolCall) -> None:
@@ -111,60 +140,21 @@ class Metrics(Observer):
         # Unknown tool names come from clients: keep them out of the label space.
         label = tool if tool == EXECUTE_CODE or self.calls.has_tool(session, tool) else "<unknown>"
         key = (session.env_name, label, outcome(call.result))
-        children = self._call_children.get(key)
-        if children is None:  # labels() takes a lock and builds a key each time: look each series up once
-            children = (self.tool_calls.labels(*key), self.tool_seconds.labels(session.env_name))
-            self._call_children[key] = children
-        children[0].inc()
-        children[1].observe(call.ended_at - call.started)
+        counts = self.tally.counts
+        counts[key] = counts.get(key, 0) + 1
+        observe(self.tally.call_seconds, session.env_name, call.ended_at - call.started)
 
-    def count_request(self, face: str, outcome: str) -> None:
-        child = self._request_children.get((face, outcome))
-        if child is None:
-            child = self._request_children[(face, outcome)] = self.requests.labels(face, outcome)
-        child.inc()
+    def observe_request(self, face: str, outcome: str, seconds: float) -> None:
+        """One HTTP request of `face` ended with `outcome` (a status class, or client_disconnected) in `seconds`."""
+        observe(self.tally.request_seconds, face, seconds)
+        requests = self.tally.requests
+        requests[(face, outcome)] = requests.get((face, outcome), 0) + 1
 
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-class Observe:
-    """ASGI middleware: time every request for the per-face histogram and write its access-log line."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics, faces: FaceTable) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.faces = faces
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = time.perf_counter()
-        status = 500
-        face = self.faces.of(scope).name
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        outcome = None
-        try:
-            await self.app(scope, receive, send_status)
-        except ClientDisconnect:
-            # The client went away while sending its request: no one to answer, and not the server's fault (before,
-            # this reached uvicorn as a 500 with a traceback: a log flood with many slow clients).
-            outcome, status = CLIENT_DISCONNECTED, CLIENT_CLOSED_REQUEST
-        finally:
-            seconds = time.perf_counter() - started
-            self.metrics.request_seconds_by_face[face].observe(seconds)
-            self.metrics.count_request(face, outcome or _STATUS_CLASSES.get(status // 100, "other"))
-            if access_log.isEnabledFor(logging.INFO):
-                access_log.info(_access_line(scope, status, seconds, face))
-
-
-def _access_line(scope: Scope, status: int, seconds: float, face: str) -> str:
+def access_line(scope: Scope, status: int, seconds: float, face: str) -> str:
     headers = dict(scope["headers"])
     path_params = scope.get("path_params") or {}
     named = path_params.get("session_id")  # an MCP episode URL names its session in the path

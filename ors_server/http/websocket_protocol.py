@@ -74,7 +74,7 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def handle_connect(self, event: Request) -> None:
         # `websockets` refuses a handshake with two Origin headers itself, in plain text, before any app runs. Show
-        # it one so the handshake reaches the app, whose Guard refuses every duplicate in the face's own shape; the
+        # it one so the handshake reaches the app, whose entry refuses every duplicate in the face's own shape; the
         # app's scope gets the headers as they came (set before its task first runs).
         origins = event.headers.get_all("Origin")
         if len(origins) < 2:

@@ -129,7 +129,7 @@ async def login(request: Request) -> Response:
         return RedirectResponse(target, 303, headers=HEADERS)
     checks = request.app.state.key_checks
     if not hmac.compare_digest(offered, api_key.encode()):
-        checks.failed(request.scope)  # counted like a wrong key in a header (the Guard answers 429 past the budget)
+        checks.failed(request.scope)  # counted like a wrong key in a header (the entry answers 429 past the budget)
         return login_page(401, "Wrong key.", back=target)
     response = RedirectResponse(target, 303, headers=HEADERS)
     response.set_cookie(

@@ -1,7 +1,7 @@
 """How a browser carries the API key: an HttpOnly cookie holding a signed login time, valid for a while.
 
 A browser cannot put a header on a navigation, so `/ui/login` takes the key once (a form POST, never a URL, so
-no access log or history holds it) and answers with a cookie the `Guard` accepts on every path, as it accepts
+no access log or history holds it) and answers with a cookie the server accepts on every path, as it accepts
 `Authorization: Bearer` and `X-API-Key`. The cookie is `<issued>.<mac>`: the Unix time of the login and an HMAC of
 it under a key derived from the API key and the deployment's secret (`Settings.ui_secret`, random at each start
 and handed to every worker and front with the API key), so
