@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 from sse_starlette import ServerSentEvent
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Scope
@@ -127,8 +127,8 @@ class BodyInvalid(OrsError):
 
 
 async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool = False) -> Any:
-    """The body as `model`. Its size is already bounded: the entry (`ors_server.http.entry`) answers 413 past the limit."""
-    raw = await request.body()
+    """The body as `model`. Its size is already bounded: the entry (`http/entry.py`) answers 413 past the limit."""
+    raw = await _raw_body(request)
     if not raw.strip() and empty_ok:
         raw = b"{}"
     try:
@@ -141,6 +141,19 @@ async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool 
         # Without the offending input: a /create body carries secrets.
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         raise BodyInvalid([{**e, "loc": ["body", *e["loc"]]} for e in errors]) from None
+
+
+async def _raw_body(request: Request) -> bytes:
+    """The request's body, as `request.body()` reads it (ClientDisconnect if the client leaves first), without its
+    async generator: every ORS request with a body reads it here."""
+    chunks = []
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 # Helpers.
@@ -236,6 +249,17 @@ async def _stream_scoring(job: ScoreJob, keepalive: float) -> AsyncIterator[byte
     yield b"".join(event.encode() for event in _score_events(job))
 
 
+def result_bytes(result: CallResult) -> bytes:
+    """`render_result(result)`, encoded (the call path's rendering, without event objects)."""
+    if isinstance(result, ToolOutput):
+        return sse.result_bytes({"ok": True, "output": result.model_dump(mode="json")})
+    if isinstance(result, ToolRejected):
+        reason = result.reason if result.reason in ORS_REASONS else None
+        return sse.result_bytes({"ok": False, "error": result.message, "reason": reason})
+    assert isinstance(result, ToolCrashed)
+    return sse.event_bytes("error", result.message)
+
+
 def render_result(result: CallResult) -> list[ServerSentEvent]:
     if isinstance(result, ToolOutput):
         return sse.result_events({"ok": True, "output": result.model_dump(mode="json")})
@@ -265,10 +289,11 @@ class OrsFace:
         return None if name is None else self.registry.get(name).name
 
     def _session_id(self, request: Request) -> str:
-        raw = request.headers.get("x-session-id")
-        if raw is None:
-            raise BadRequest("X-Session-ID header is required")
-        return self.store.check_id(raw.strip())
+        # The first X-Session-ID, as `request.headers.get` finds it, without building the headers' mapping.
+        for name, value in request.scope["headers"]:
+            if name == b"x-session-id":
+                return self.store.check_id(value.decode("latin-1").strip())
+        raise BadRequest("X-Session-ID header is required")
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -415,8 +440,9 @@ class OrsFace:
         env_name = self._path_env_name(request)
         body = await read_body(request, CallBody)
         session = await store.get_ready(sid, env_name)
-        request.state.tool = session.redact(body.name)  # for the access log: any string, a secret value too
-        request.state.env = session.env_name
+        state = request.scope.setdefault("state", {})  # what `request.state` writes to, for the access log
+        state["tool"] = session.redact(body.name)  # any string, a secret value too
+        state["env"] = session.env_name
         feed = ProgressFeed()
         if body.task_id is not None:
             running = calls.find(session, body.task_id)
@@ -429,7 +455,10 @@ class OrsFace:
         result = await running.wait_at_most(min(FAST_ANSWER_WAIT, keepalive))
         if result is not None:
             session.touch()
-            return sse.complete([sse.event("task_id", running.id), *progress_events(feed), *render_result(result)])
+            news = progress_events(feed)
+            return sse.Events(
+                b"".join([sse.event_bytes("task_id", running.id), *(e.encode() for e in news), result_bytes(result)])
+            )
         return sse.stream(_stream_call(session, running, feed, keepalive))
 
 
