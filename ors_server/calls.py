@@ -34,6 +34,7 @@ import math
 import time
 import traceback
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -286,9 +287,11 @@ class Calls:
         self._replayable: deque[tuple[float, int, str]] = deque()
         """Every finished call kept for replay, oldest first: when it ended, its size and its id. Not the call
         itself, which would keep its episode, session and environment alive after the episode ended (when its
-        kept calls are let go: `_EndedEpisodes`); and a tuple of these the garbage collector stops tracking."""
-        self._kept_in: dict[str, Episode] = {}
-        """Where each of them is kept, by id: its episode."""
+        kept calls are let go: `Episode.end`); and a tuple of these the garbage collector stops tracking."""
+        self._kept_in: dict[str, weakref.ref[Episode]] = {}
+        """Where each of them is kept, by id: its episode, weakly, so that an ended episode (which has let its calls go)
+        is not kept alive for the linger with its session and environment. CPython hands out one such reference per
+        episode, however many of its calls are kept."""
         self._unpacked: deque[ToolCall] = deque()
         """The finished calls not yet packed (`ToolCall.pack`), oldest first."""
         self.replay_chars = 0
@@ -652,7 +655,7 @@ class Calls:
             call.episode.forget_call(call.id)
         else:
             self._replayable.append((call.ended_at, call.size, call.id))
-            self._kept_in[call.id] = call.episode
+            self._kept_in[call.id] = weakref.ref(call.episode)
             self.replay_chars += call.size
             self._forget_replays()
             self._unpacked.append(call)  # after: its waiters are yet to read its result
@@ -682,7 +685,9 @@ class Calls:
         while replayable and (self.replay_chars > self.settings.max_replay_chars or replayable[0][0] < horizon):
             _, size, call_id = replayable.popleft()
             self.replay_chars -= size
-            self._kept_in.pop(call_id).forget_call(call_id)  # a waiter holding the call still gets its result
+            episode = self._kept_in.pop(call_id)()
+            if episode is not None:
+                episode.forget_call(call_id)  # a waiter holding the call still gets its result
 
 
 def _calls_after_finish(env_cls: type[Environment]) -> bool:
