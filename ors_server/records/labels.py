@@ -24,11 +24,12 @@ def parse_header(text: str | None) -> dict[str, str]:
     if len(text) > MAX_HEADER_CHARS:
         raise BadRequest(f"X-Episode-Labels is longer than {MAX_HEADER_CHARS} characters")
     labels: dict[str, str] = {}
-    for pair in text.split(","):
+    for number, pair in enumerate(text.split(","), 1):
         key, sep, value = pair.partition("=")
         labels[key.strip()] = value.strip()
         if not sep:
-            raise BadRequest(f"X-Episode-Labels must be key=value pairs separated by commas, got {pair.strip()!r}")
+            # Neither here nor below is the offending text repeated: a client may have put a secret there.
+            raise BadRequest(f"X-Episode-Labels must be key=value pairs separated by commas; pair {number} has no '='")
     return checked(labels, "X-Episode-Labels")
 
 
@@ -38,10 +39,10 @@ def checked(labels: Any, where: str) -> dict[str, str]:
         raise BadRequest(f"{where} must be an object of label names to strings")
     if len(labels) > MAX_LABELS:
         raise BadRequest(f"{where}: at most {MAX_LABELS} labels, got {len(labels)}")
-    for key, value in labels.items():
+    for number, (key, value) in enumerate(labels.items(), 1):
         if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise BadRequest(
-                f"{where}: a label name is 1-{MAX_KEY_CHARS} letters, digits, '_', '.' or '-', got {key!r}"[:300]
+                f"{where}: a label name is 1-{MAX_KEY_CHARS} letters, digits, '_', '.' or '-'; label {number}'s is not"
             )
         if not isinstance(value, str) or len(value) > MAX_VALUE_CHARS or not value.isprintable():
             raise BadRequest(f"{where}: label {key!r} must be printable text of at most {MAX_VALUE_CHARS} characters")

@@ -141,6 +141,19 @@ def test_a_bad_labels_header_is_a_400_in_each_face_shape(base: str, client: http
     assert client.get("/episodes/bad-labels").status_code == 404
 
 
+def test_a_rejected_label_name_or_pair_is_not_repeated_in_the_error(client: httpx.Client) -> None:
+    # A client that put a token where a label belongs must not get it back (nor see it in a proxy's log of the 400).
+    token = "sk-LabelLeak 123/abc"
+    for header in (f"run=r1,{token}", f"{token}=x"):
+        refused = ors_create(client, "label-leak", header, secrets={"key": "unrelated"})
+        assert refused.status_code == 400
+        assert "X-Episode-Labels" in refused.text and "LabelLeak" not in refused.text
+    body = {"jsonrpc": "2.0", "id": 0, "method": "initialize"}
+    body["params"] = {"clientInfo": {"name": "x", "version": "1", "_extra": {"labels": {token: "v"}}}}
+    mcp = client.post("/mcp/", json=body, headers=ACCEPT)
+    assert mcp.status_code == 400 and "label" in mcp.text and "LabelLeak" not in mcp.text
+
+
 @pytest.mark.anyio
 async def test_mcp_and_control_plane_episodes_and_resets_are_recorded(base: str, client: httpx.Client) -> None:
     async with httpx.AsyncClient() as http:
