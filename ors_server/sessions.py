@@ -10,8 +10,9 @@ timer), reads their environment, reaps idle ones and ends every one exactly once
 are the call pipeline's (`ors_server.calls`), which runs them as tasks of the store and in the episode's lock.
 Nothing here knows about HTTP, SSE or MCP.
 
-User code runs on three thread pools of their own (`Settings.tool_threads`, `discovery_threads`,
-`lifecycle_threads`), so discovery and lifecycle work never queue behind hung tool calls.
+What sessions run on is the store's `Runtime` (`ors_server.runtime`: the thread pools, background tasks, the
+composed tools' catalogue, CodeAct's sandbox pool), and how an episode's environment is built, read and torn
+down is `ors_server.runtime.instances`: the store decides when.
 
 A timed-out sync tool call still running in an episode (see `ors_server.calls`) holds the episode's lock: reads
 of the prompt raise `SessionBusy` meanwhile. Resetting or deleting the session does not wait for it.
@@ -19,8 +20,6 @@ of the prompt raise `SessionBusy` meanwhile. Resetting or deleting the session d
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import logging
 import re
@@ -33,16 +32,13 @@ from typing import Any, Literal
 
 import anyio
 import anyio.abc
-from pydantic import TypeAdapter, ValidationError
 
-from ors_server.compose.toolbox import Toolbox
 from ors_server.environment import Environment, InvalidTaskSpec
 from ors_server.episode import Episode, EpisodeEnd, EpisodeWatcher, State
 from ors_server.errors import (
     CapacityReached,
     InvalidSessionId,
     InvalidTask,
-    ReadFailed,
     SessionBusy,
     SessionDeleted,
     SessionExists,
@@ -54,21 +50,15 @@ from ors_server.errors import (
     WrongEnvironment,
 )
 from ors_server.masking import Masker
+from ors_server.runtime.instances import build, describe, read, tear_down
 from ors_server.runtime.lazy_event import LazyEvent
-from ors_server.runtime.resources import Runtime, run_user_code
-from ors_server.runtime.worker_threads import run_in_thread
-from ors_server.sandboxes.confinement import Confinement
+from ors_server.runtime.resources import Runtime
 from ors_server.settings import Settings
-from ors_server.toolsets.session import episode_tools
-from ors_server.types import Blocks, Message, TextBlock
+from ors_server.types import Blocks, Message
 
 logger = logging.getLogger("ors_server.sessions")
 
-TEARDOWN_LOCK_WAIT = 2.0
-"""Seconds an ending episode's running call gets to finish before the environment is torn down under it."""
 SESSION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
-_blocks = TypeAdapter(Blocks)
-_messages = TypeAdapter(list[Message])
 
 Ending = Literal["deleted", "reaped", "shutdown"]
 """How an episode ended: its session ended (`Ending`), a reset replaced it, or its setup failed."""
@@ -170,49 +160,11 @@ def _quote(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
-class WrongReturn(TypeError):
-    """An environment method returned something of the wrong type (the message names the method and the type)."""
-
-
-def _prompt_blocks(class_name: str, value: Any) -> Blocks:
-    """`get_prompt()`'s answer as blocks; WrongReturn naming the method and what it must return if it is not."""
-    try:
-        blocks: Blocks = _blocks.validate_python(value)
-    except ValidationError:
-        shown = repr(value)
-        raise WrongReturn(
-            f"{class_name}.get_prompt() returned {type(value).__name__} {shown[:60]}{'...' if len(shown) > 60 else ''}"
-            "; it must return a list of TextBlock or ImageBlock, such as [TextBlock(text=...)]"
-        ) from None
-    return blocks
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _construct(session: Session, episode: Episode) -> None:
-    env = session.env_cls(task_spec=session.task_spec, secrets=session.secrets)
-    episode.constructed(env)
-    if not inspect.iscoroutinefunction(env.setup):
-        env.setup()
-
-
-def _constructs_inline(env_cls: type[Environment]) -> bool:
-    """Whether building an instance runs no code of the author's on the event loop: `Environment`'s own
-    constructor, and a `setup` that is the base's no-op or async (awaited on the loop anyway)."""
-    return env_cls.__init__ is Environment.__init__ and (
-        env_cls.setup is Environment.setup or inspect.iscoroutinefunction(env_cls.setup)
-    )
-
-
 class SessionStore:
     """Every live session, keyed by id. Run it with `async with store.run():` (the app's lifespan does)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.confined = Confinement.of(settings)
-        """How the processes of environments' stdio tool servers are confined."""
         self._sessions: dict[str, Session] = {}
         self._tombstones: OrderedDict[str, Ending] = OrderedDict()
         """Ids of sessions deleted or reaped lately, oldest first, and how each ended: they answer 410 rather
@@ -397,7 +349,7 @@ class SessionStore:
         except Exception as exc:
             # The seed and config come from the client: whatever the environment makes of them is the client's.
             quoted = f"seed {_quote(seed)} and config {_quote(config)}"
-            raise InvalidTask(f"no task for {quoted}: {_quote(_describe(exc), 400)}") from None
+            raise InvalidTask(f"no task for {quoted}: {_quote(describe(exc), 400)}") from None
         self._check_size("the task spec", task_spec)
         return task_spec
 
@@ -455,31 +407,14 @@ class SessionStore:
     # Building and ending episodes: every episode goes through `_start` once and `_finish` once.
 
     async def _start(self, session: Session, episode: Episode) -> None:
-        """Construct the episode's environment and run its setup, unless it ended first; then, if it has ended
-        meanwhile, tear it down (whoever ended it left that to us, so an environment is never left half-built).
-
-        The synchronous parts take one worker-thread hop on the lifecycle threads, so building an episode never
-        queues behind tool calls.
+        """Build the episode (`instances.build`, on the lifecycle threads), unless it ended first; then, if it has
+        ended meanwhile, tear it down (whoever ended it left that to us, so an environment is never left half-built).
         """
         try:
-            if not episode.ended and session.env_cls.mcp_servers:
-                await self._open_toolbox(session, episode)
-            if not episode.ended:
-                if _constructs_inline(session.env_cls):
-                    _construct(session, episode)  # nothing that may block: a thread hop would be most of the cost
-                else:
-                    await run_in_thread(
-                        functools.partial(_construct, session, episode), self.runtime.limiters["lifecycle"]
-                    )
-                assert episode.env is not None
-                if inspect.iscoroutinefunction(episode.env.setup):
-                    await episode.env.setup()
-                if session.env_cls.has_task_tools() or session.toolset is not None:
-                    run = functools.partial(run_user_code, limiter=self.runtime.limiters["lifecycle"])
-                    episode.found_own_tools(await episode_tools(episode.env, session.toolset, run))
+            await build(self.runtime, session, episode)
         except Exception as exc:
             rejected = isinstance(exc, InvalidTaskSpec)
-            episode.setup_failed(session.redact(str(exc) if rejected else _describe(exc)), rejected)
+            episode.setup_failed(session.redact(str(exc) if rejected else describe(exc)), rejected)
             self.counts["setup_failed"] += 1
             if not episode.ended:  # an episode ended while it started failed no one, and was reported ended then
                 self._tell("episode_ended", session, episode, "setup_failed")
@@ -499,14 +434,6 @@ class SessionStore:
             if episode.ended:
                 await self._finish(session, episode)
 
-    async def _open_toolbox(self, session: Session, episode: Episode) -> None:
-        """Connect the episode to its environment's tool servers (and list their tools, the first time)."""
-        assert self.runtime.task_group is not None
-        toolbox = Toolbox(session.env_cls.mcp_servers, self.settings.tool_server_log_bytes, self.confined)
-        episode.connected(toolbox)
-        await toolbox.open(self.runtime.task_group, self.settings.tool_server_start_timeout)
-        await self.runtime.load_catalogue(session.env_cls, toolbox)
-
     def _end_episode(self, session: Session, episode: Episode, how: EpisodeEnd) -> bool:
         """Mark an episode ended; returns whether it is ours to tear down now (else `_start` will)."""
         built = episode.end()
@@ -519,24 +446,7 @@ class SessionStore:
         if not episode.begin_teardown():
             return
         with anyio.CancelScope(shield=True):
-            env = episode.take_env()
-            if env is not None:
-                # Give a running call a moment to finish; a hung one must not hold the ending, and teardown is
-                # what stops it (a sandbox kills its processes).
-                if episode.lock.locked():
-                    with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
-                        async with episode.lock:
-                            pass
-                try:
-                    if type(env).teardown is not Environment.teardown:  # the base's is a no-op: no thread hop
-                        with anyio.fail_after(self.settings.teardown_timeout):
-                            await self.runtime.lifecycle(env.teardown)
-                except Exception as exc:
-                    logger.error(
-                        "teardown failed: %s", session.redact(_describe(exc)), extra={"session_id": session.id}
-                    )
-            if episode.toolbox is not None:
-                await episode.toolbox.close(self.settings.teardown_timeout)
+            await tear_down(self.runtime, session, episode)
         session.episodes -= 1
         if session.deleted and session.episodes == 0:
             session.ended.set()
@@ -606,7 +516,7 @@ class SessionStore:
         `config` gives the session a new task config first (the session is seeded from then on). A task that
         `task_from_seed` cannot make raises InvalidTask and leaves the session as it was.
         The old episode ends at once: a call still running in it is not waited for (its result reaches its own
-        caller only), and its environment is torn down when that call ends (or after `TEARDOWN_LOCK_WAIT`).
+        caller only), and its environment is torn down when that call ends (or after `instances.TEARDOWN_LOCK_WAIT`).
         A session deleted meanwhile stays deleted.
         """
         async with session.resetting:
@@ -661,27 +571,9 @@ class SessionStore:
             env = episode.env
             if env is None or episode.ended:
                 raise SessionStarting()
-            value: Any
-            try:
-                if method == "initial_observation" and type(env).initial_observation is Environment.initial_observation:
-                    # The default is the prompt's text: read (and check) the prompt, so a prompt of the wrong type
-                    # is named here too rather than read as an empty observation.
-                    blocks = _prompt_blocks(type(env).__name__, await self.runtime.lifecycle(env.get_prompt))
-                    value = "\n".join(block.text for block in blocks if isinstance(block, TextBlock))
-                else:
-                    value = await self.runtime.lifecycle(getattr(env, method))
-                if method == "get_prompt":
-                    value = _prompt_blocks(type(env).__name__, value)
-                elif method == "get_messages":
-                    value = _messages.validate_python(list(value))
-            except WrongReturn as exc:  # the author's bug, said plainly, in the log too
-                logger.warning("session %s: %s", session.id, session.redact(str(exc)), extra={"session_id": session.id})
-                raise ReadFailed(session.redact(str(exc))) from None
-            except Exception as exc:
-                raise ReadFailed(session.redact(f"{method} failed: {_describe(exc)}")) from None
+            return await read(self.runtime, session, env, method)
         finally:
             episode.release()
-        return value
 
     def _tell(self, event: str, *args: Any) -> None:
         """Tell every watcher of an episode's start or end; a watcher that fails is logged, never raised."""

@@ -26,6 +26,16 @@ def test_the_package_root_holds_at_most_16_modules() -> None:
     assert len(modules) <= 16, modules
 
 
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_the_session_store_keeps_to_ids_admission_and_lifecycle_within_650_lines() -> None:
+    # What sessions run on and how an episode's environment is built, read and torn down live in runtime/
+    # (issue 33, item 2): a store that grows past this is gathering other concerns again.
+    assert _lines(ROOT / "ors_server" / "sessions.py") <= 650
+
+
 def test_no_folder_inside_tests_is_on_sys_path() -> None:
     tests = ROOT / "tests"
     on_path = [entry for entry in sys.path if entry and Path(entry).resolve().is_relative_to(tests)]

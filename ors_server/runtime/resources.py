@@ -6,6 +6,7 @@
     spawn           tasks that outlive the request that started them (each call, each episode's start and finish)
     catalogue       the tools environment classes gain from their MCP tool servers, listed once per class
     codeact_pool    sandboxes started ahead of time for CodeAct steps
+    confined        how the processes of environments' stdio tool servers are confined
 
 The session store owns one and runs it for its lifetime (`SessionStore.run`); the call pipeline and the faces
 reach it as `store.runtime`.
@@ -30,6 +31,7 @@ from ors_server.compose.catalogue import Catalogue
 from ors_server.compose.toolbox import Toolbox
 from ors_server.environment import Environment
 from ors_server.runtime.worker_threads import run_in_thread
+from ors_server.sandboxes.confinement import Confinement
 from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.sessions")
@@ -65,6 +67,8 @@ class Runtime:
             settings.codeact_pool, sandbox_mode(settings.codeact_sandbox), settings.codeact_disk_bytes
         )
         """Sandboxes started ahead of time for CodeAct steps (each used by one step, then destroyed)."""
+        self.confined = Confinement.of(settings)
+        """How the processes of environments' stdio tool servers are confined."""
         self.task_group: anyio.abc.TaskGroup | None = None
         """Where long-lived tasks run (the reaper, tool-server connections), while the runtime runs."""
         self._spawned: set[asyncio.Task[Any]] = set()
