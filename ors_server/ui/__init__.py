@@ -57,39 +57,46 @@ def _asset(folder: str, name: str) -> bytes:
     return files(__package__).joinpath(folder, name).read_bytes()
 
 
-def page_response(name: str, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_asset("pages", name), status, {**HEADERS, **(headers or {})}, media_type="text/html")
-
-
-def _page(request: Request, name: str) -> Response:
-    """A page; on a server without a key, without its "Log out" (there is nothing to log out of)."""
-    if request.app.state.settings.api_key is not None:
-        return page_response(name)
-    return Response(_keyless_page(name), 200, HEADERS, media_type="text/html")
+TITLES = {"episodes": "Episodes", "runs": "Runs", "episode": "Episode", "play": "Play", "login": "Log in"}
+"""Each page (its `<main>` in `pages/NAME.html`) and its title."""
+NAV = b'<nav><a href="/ui">Episodes</a> <a href="/ui/runs">Runs</a> <a href="/ui/play">Play</a></nav>\n'
+LOGOUT = b'<form class="logout" method="post" action="/ui/logout"><button type="submit">Log out</button></form>\n'
 
 
 @cache
-def _keyless_page(name: str) -> bytes:
-    return LOGOUT_FORM.sub(b"", _asset("pages", name))
+def _document(name: str, keyed: bool) -> bytes:
+    """Page `name` in the frame every page shares (`pages/frame.html`). The header links the pages, except on the
+    login form; "Log out" only on a server with a key (without one there is nothing to log out of)."""
+    header = b"" if name == "login" else NAV + (LOGOUT if keyed else b"")
+    return (
+        _asset("pages", "frame.html")
+        .replace(b"<!--title-->", TITLES[name].encode())
+        .replace(b"<!--page-->", name.encode())
+        .replace(b"<!--nav-->", header)
+        .replace(b"<!--main-->", _asset("pages", f"{name}.html"))
+    )
 
 
-LOGOUT_FORM = re.compile(rb'<form class="logout"[^>]*>.*?</form>\n?', re.S)
+def _page(request: Request, name: str) -> Response:
+    return Response(
+        _document(name, request.app.state.settings.api_key is not None), 200, HEADERS, media_type="text/html"
+    )
 
 
 async def episodes_page(request: Request) -> Response:
-    return _page(request, "episodes.html")
+    return _page(request, "episodes")
 
 
 async def runs_page(request: Request) -> Response:
-    return _page(request, "runs.html")
+    return _page(request, "runs")
 
 
 async def episode_page(request: Request) -> Response:
-    return _page(request, "episode.html")
+    return _page(request, "episode")
 
 
 async def play_page(request: Request) -> Response:
-    return _page(request, "play.html")
+    return _page(request, "play")
 
 
 async def static(request: Request) -> Response:
@@ -112,7 +119,7 @@ async def login_form(request: Request) -> Response:
 def login_page(status: int, message: str, headers: dict[str, str] | None = None, back: str = "/ui") -> Response:
     """The login form, with one of this module's fixed messages, returning to `back` (a checked path of this
     face: the only thing from a request the form shows)."""
-    body = _asset("pages", "login.html").replace(b"<!--message-->", html.escape(message).encode())
+    body = _document("login", keyed=True).replace(b"<!--message-->", html.escape(message).encode())
     body = body.replace(b'value="/ui"', f'value="{html.escape(back)}"'.encode())
     return Response(body, status, {**HEADERS, **(headers or {})}, media_type="text/html")
 
