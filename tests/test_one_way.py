@@ -62,8 +62,8 @@ def test_the_front_knows_each_face_by_the_same_routes_the_server_serves() -> Non
 
     served = create_app([Math]).state.faces.faces
     shapes = [shape() for shape in SHAPES]
-    assert [(f.name, _paths(f.routes), f.render_error) for f in served] == [
-        (f.name, _paths(f.routes), f.render_error) for f in shapes
+    assert [(f.name, _paths(f.routes), f.render_error, f.names_session, f.revokes) for f in served] == [
+        (f.name, _paths(f.routes), f.render_error, f.names_session, f.revokes) for f in shapes
     ]
 
 

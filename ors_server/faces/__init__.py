@@ -15,7 +15,10 @@ module has one function, `face(core: Core) -> Face`, that builds it and declares
 - `names_session` (optional): how the face's requests name their session (`Naming`: the key, whether the request
   may create it, a reply header that names it too), read from the request's headers, path and body before any
   handler runs. A scale-out front routes each request by it, so that every session's requests reach the worker
-  that holds it: a face that declares none is routed as naming no session.
+  that holds it: a face that declares none is routed as naming no session;
+- `revokes` (optional): the credential (the web page's cookie) the face's answer to a request revoked, read from
+  the request and the answer's status. A scale-out front revokes it too and relays it to the other fronts, so
+  a logout holds at every front of a deployment.
 
 How to add a face
     1. Write `ors_server/faces/<name>.py` with `def face(core: Core) -> Face`. Its handlers read and change
@@ -23,9 +26,9 @@ How to add a face
        `initial_observation`, `discard`), call tools only through `core.calls` (`tools`, `start`, `call`,
        `find`, naming the face in `face=`), and raise `OrsError`s; they never build error responses inline.
     2. Add one line, `<name>.face`, to `FACES` in `ors_server/http/app.py`, and one, `<name>.shape`, to `SHAPES`:
-       `shape() -> Face` is the same name, routes, renderer and session naming with no core behind them (the
-       routes' endpoints may lead nowhere), which is all a scale-out front needs to route the face's requests
-       and to refuse in its shape.
+       `shape() -> Face` is the same name, routes, renderer, session naming and revocation with no core behind
+       them (the routes' endpoints may lead nowhere), which is all a scale-out front needs to route the face's
+       requests, to refuse in its shape and to relay what its answers revoke.
     That is all: the app runs the lifespan, and one table (`FaceTable`) learns which face a request belongs to
     from the faces' routes: the app routes the request among that face's routes (`FaceRouter`), and the entry
     (`ors_server.http.entry`) renders refusals in the face's shape and label metrics with its name.
@@ -89,10 +92,18 @@ class Naming:
 SessionNamer = Callable[[Scope, "bytes | None"], Naming]
 """A face's reading of the session a request names, from its scope and whole body (None for a WebSocket)."""
 
+Revoker = Callable[[Scope, int], "bytes | None"]
+"""A face's reading of the credential its answer (of this status) to a request revoked, if any."""
+
 
 def unnamed(scope: Scope, body: bytes | None) -> Naming:
     """The naming of a face whose requests name no session (any worker answers them)."""
     return Naming()
+
+
+def revokes_nothing(scope: Scope, status: int) -> bytes | None:
+    """The revocation of a face whose answers revoke no credential."""
+    return None
 
 
 def header_key(scope: Scope, *names: bytes) -> str | None:
@@ -118,6 +129,7 @@ class Face:
     lifespan: Callable[[], AbstractAsyncContextManager[Any]] | None = None
     state: Mapping[str, Any] = field(default_factory=dict)
     names_session: SessionNamer = unnamed
+    revokes: Revoker = revokes_nothing
 
 
 SCOPE_KEY = "ors_server.face"
@@ -228,8 +240,10 @@ __all__ = [
     "FaceRouter",
     "FaceTable",
     "Naming",
+    "Revoker",
     "SessionNamer",
     "deny_websocket",
     "header_key",
+    "revokes_nothing",
     "unnamed",
 ]

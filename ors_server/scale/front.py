@@ -34,7 +34,6 @@ from ors_server.scale.directory import DEFAULT_SIZE, Directory
 from ors_server.scale.refusals import Refusals
 from ors_server.scale.table import Lost, State, Unavailable, Worker, WorkerTable
 from ors_server.scale.upstream import Upstream, WorkerUnreachable, probe
-from ors_server.ui import auth
 
 logger = logging.getLogger("ors_server.front")
 
@@ -80,7 +79,7 @@ class Front:
         self.table = table
         self.directory = Directory(directory_size)
         self.on_placed = on_placed  # told of each session this front placed (`--fronts M`: the other fronts)
-        self.on_revoked = on_revoked  # told of each /ui cookie a logout through this front revoked (the same)
+        self.on_revoked = on_revoked  # told of each credential an answer through this front revoked (the same)
         self.name = name  # which front of the deployment this is (`--fronts M`: 0..M-1)
         self.refusals = refusals
         self.checks = checks
@@ -276,7 +275,8 @@ class Front:
         except _ClientGone:
             return
         # The request's face says which session it names and whether it may create one (`Face.names_session`).
-        naming = self.refusals.faces.of(scope).names_session(scope, body)
+        face = self.refusals.faces.of(scope)
+        naming = face.names_session(scope, body)
         key, creates = naming.key, naming.creates
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
@@ -309,8 +309,10 @@ class Front:
                     bad = self.refusals.worker_failed(scope)
                     return await bad(scope, receive, send)
                 self._heard(worker, reply)
-                if reply.status == 401 or (scope["path"] == auth.LOGOUT_PATH and reply.status < 400):
-                    self._key_outcome(scope, reply.status)
+                if reply.status == 401:  # a failed key check (a wrong key in a login form): counted here too
+                    self.checks.failed(scope)
+                elif (revoked := face.revokes(scope, reply.status)) is not None:
+                    self._revoke(revoked)
                 if placing and reply.status == 503 and worker.full and self._others(worker, tried):
                     # Full since this front last heard from it: the session goes to another live worker.
                     reply.close()
@@ -327,17 +329,12 @@ class Front:
         self.outcomes["-", "unavailable"] += 1
         return await self.refusals.busy(scope)(scope, receive, send)
 
-    def _key_outcome(self, scope: Scope, status: int) -> None:
-        """What a worker's answer means for the key checks this front makes: a 401 is a failed check (a wrong key
-        in the login form), a logout revokes the page's cookie here and, through `on_revoked`, at the other fronts."""
-        if status == 401:
-            self.checks.failed(scope)
-            return
-        cookie = auth.cookie_from(dict(scope["headers"]).get(b"cookie", b""))
-        if cookie:
-            self.checks.revoke_cookie(cookie)
-            if self.on_revoked is not None:
-                self.on_revoked(cookie)
+    def _revoke(self, cookie: bytes) -> None:
+        """A credential a worker's answer revoked (`Face.revokes`) is refused here from now on and, through
+        `on_revoked`, at the other fronts."""
+        self.checks.revoke_cookie(cookie)
+        if self.on_revoked is not None:
+            self.on_revoked(cookie)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         for name, value in scope["headers"]:

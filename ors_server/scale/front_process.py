@@ -45,7 +45,7 @@ class SupervisedTable:
         self.server: uvicorn.Server | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.directory: Directory | None = None  # the front's, filled with the other fronts' placements
-        self.checks: HeaderChecks | None = None  # the front's, told of the other fronts' revoked /ui cookies
+        self.checks: HeaderChecks | None = None  # the front's, told of the credentials the other fronts revoked
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[SupervisedTable]:
@@ -84,7 +84,7 @@ class SupervisedTable:
             self.writer.write(json.dumps({"unreachable": str(worker.tag)}).encode() + b"\n")
 
     def revoked(self, cookie: bytes) -> None:
-        """Tell the other fronts (through the supervisor) of a /ui cookie a logout here revoked. Always sent, past
+        """Tell the other fronts (through the supervisor) of a credential an answer here revoked. Always sent, past
         the relay buffer too: a revocation missed would leave a cookie valid at another front."""
         if self.writer is not None and not self.writer.is_closing():
             self.writer.write(json.dumps({"revoked": cookie.decode("latin-1")}).encode() + b"\n")

@@ -113,7 +113,7 @@ class FrontGroup:
         env = {**os.environ, front_process.SPEC_VARIABLE: json.dumps(spec)}
         if self.settings.api_key:
             env["ORS_API_KEY"] = self.settings.api_key
-        env[UI_SECRET_VARIABLE] = self.settings.ui_secret  # so a /ui login at one process holds at every other
+        env[UI_SECRET_VARIABLE] = self.settings.ui_secret  # a page login at one process holds at every other
         try:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -140,7 +140,7 @@ class FrontGroup:
             if "placed" in report:
                 self._relay(index, line)
                 continue
-            if "revoked" in report:  # a /ui logout: every other front refuses that cookie too, whatever its backlog
+            if "revoked" in report:  # every other front refuses that credential too, whatever its backlog
                 self._relay(index, line, always=True)
                 continue
             tag = WorkerTag.parse(report["unreachable"])

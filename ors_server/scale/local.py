@@ -81,7 +81,7 @@ class LocalWorkers:
         env = {**os.environ, worker_main.SPEC_VARIABLE: worker_main.spec(self.envs, self._settings(tag), uds)}
         if self.settings.api_key:
             env["ORS_API_KEY"] = self.settings.api_key
-        env[UI_SECRET_VARIABLE] = self.settings.ui_secret  # so a /ui login at one process holds at every other
+        env[UI_SECRET_VARIABLE] = self.settings.ui_secret  # a page login at one process holds at every other
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ors_server.scale.worker", env=env, stdin=asyncio.subprocess.DEVNULL
         )

@@ -192,8 +192,9 @@ def routes() -> list[BaseRoute]:
 
 
 def shape() -> Face:
-    """The face's routes and error renderer; it needs no core (handlers read `request.app.state.settings`)."""
-    return Face("ui", routes(), render_error)
+    """The face's routes, error renderer and the cookie a logout revokes; it needs no core (handlers read
+    `request.app.state.settings`)."""
+    return Face("ui", routes(), render_error, revokes=auth.revoked_by)
 
 
 def face(core: Core) -> Face:

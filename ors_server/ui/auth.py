@@ -21,6 +21,8 @@ import hmac
 import time
 from collections.abc import Callable
 
+from starlette.types import Scope
+
 COOKIE = "ors_ui"
 LOGIN_PATH = "/ui/login"
 LOGOUT_PATH = "/ui/logout"
@@ -79,6 +81,15 @@ def cookie_from(header: bytes) -> bytes:
         if sep and name == COOKIE.encode():
             return value.strip()
     return b""
+
+
+def revoked_by(scope: Scope, status: int) -> bytes | None:
+    """The cookie a logout answered with `status` revoked, if any (`Face.revokes`: a scale-out front revokes it too,
+    and tells the other fronts)."""
+    if scope["path"] != LOGOUT_PATH or status >= 400:
+        return None
+    header = b"".join(value for name, value in scope["headers"] if name == b"cookie")
+    return cookie_from(header) or None
 
 
 def keyless(path: str) -> bool:

@@ -73,7 +73,9 @@ def test_each_face_names_sessions_its_own_way():
 
 def test_nothing_under_scale_spells_a_face_protocol():
     # The front asks each request's face how it names its session (`Face.names_session`).
+    # Nor the web page's: a logout's revocation reaches the front as the face's `Face.revokes`.
     words = ["mcp-session-id", "x-session-id", "initialize", "_extra", "initial_state", "/create", "session_id"]
+    words += ["/ui", "logout", "ors_ui", "ors_server.ui"]
     scale = Path(__file__).resolve().parents[2] / "ors_server" / "scale"
     spelled = [
         f"{path.name}: {word}"
@@ -195,3 +197,15 @@ def test_the_front_closes_its_pool_to_a_worker_once_the_table_says_it_is_dead_or
     assert old.closed and first not in front.upstreams
     assert new is not old and not new.closed
     assert front._upstream(table.slots[1]) is kept and not kept.closed  # type: ignore[arg-type]
+
+
+def test_the_web_page_declares_the_cookie_its_logout_revoked_and_other_faces_none():
+    from ors_server.ui import shape as ui_shape
+
+    page = ui_shape()
+    logout = {**http({"Cookie": "theme=dark; ors_ui=123.abc"}), "path": "/ui/logout"}
+    assert page.revokes(logout, 303) == b"123.abc"
+    assert page.revokes(logout, 401) is None  # refused: nothing was revoked
+    assert page.revokes({**logout, "path": "/ui/login"}, 303) is None
+    assert page.revokes({**http({}), "path": "/ui/logout"}, 303) is None  # no cookie to revoke
+    assert ors.shape().revokes(logout, 200) is None
