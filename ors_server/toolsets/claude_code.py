@@ -5,62 +5,48 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from ors_server.environment import tool
-from ors_server.toolsets.base import (
-    Toolset,
-    find_files,
-    read_lines,
-    replace_text,
-    run_shell,
-    search,
-    text_output,
-    write_text,
-)
+from ors_server.toolsets.actions import find_files, read_lines, replace_text, run_shell, search, write_text
+from ors_server.toolsets.base import Params, Toolset, text_output
 from ors_server.types import ToolOutput
 
 
-class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class BashParams(_Params):
+class BashParams(Params):
     command: str
     description: str = ""
     timeout: float | None = 30.0
 
 
-class GlobParams(_Params):
+class GlobParams(Params):
     pattern: str
     path: str | None = None
 
 
-class GrepParams(_Params):
+class GrepParams(Params):
     pattern: str
     path: str | None = None
     glob: str | None = None
 
 
-class ReadParams(_Params):
+class ReadParams(Params):
     file_path: str
     offset: int | None = None
     limit: int | None = None
 
 
-class WriteParams(_Params):
+class WriteParams(Params):
     file_path: str
     content: str
 
 
-class EditParams(_Params):
+class EditParams(Params):
     file_path: str
     old_string: str
     new_string: str
     replace_all: bool = False
 
 
-class TodoWriteParams(_Params):
+class TodoWriteParams(Params):
     todos: list[dict[str, Any]]
 
 
@@ -80,7 +66,8 @@ class ClaudeCode(Toolset):
 
     @tool
     async def glob(self, params: GlobParams) -> ToolOutput:
-        """Find files whose name matches a pattern (`*.py`) under a directory (default: the working directory)."""
+        """Find files whose name matches a pattern (`*.py`), or whose path does (`src/**/*.ts`), under a directory
+        (default: the working directory)."""
         return await find_files(self.sandbox, params.pattern, params.path)
 
     @tool

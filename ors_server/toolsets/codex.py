@@ -3,16 +3,13 @@ input schema of `openreward`'s `CodexToolset`, acting on the session's sandbox."
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from ors_server.environment import tool
-from ors_server.toolsets.base import Toolset, run_shell
+from ors_server.toolsets.actions import run_shell
+from ors_server.toolsets.base import Params, Toolset
 from ors_server.types import ToolOutput
 
 
-class BashParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class BashParams(Params):
     command: str
     description: str = ""
     timeout: float | None = 30.0

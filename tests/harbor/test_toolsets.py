@@ -72,3 +72,19 @@ def test_claude_code_writes_and_reads_files_inside_the_container(live):
     assert "42" in read["blocks"][0]["text"]
     assert "does not exist" in host["blocks"][0]["text"]
     assert (graded["reward"], graded["finished"]) == (1.0, True)
+
+
+def test_openclaw_apply_patch_adds_the_answer_inside_the_container(live):
+    episode = ToolsetEpisode(live, "answer-file", "openclaw")
+    try:
+        assert {"exec", "apply_patch", "read", "submit"} <= set(episode.tools())
+        patched = episode.call(
+            "apply_patch", {"input": "*** Begin Patch\n*** Add File: /app/answer.txt\n+42\n*** End Patch"}
+        )
+        shell = episode.call("exec", {"command": "cat /app/answer.txt /etc/os-release"})
+        graded = episode.call("submit", {})
+    finally:
+        episode.delete()
+    assert patched["blocks"][0]["text"] == "Success. Updated the following files:\nA /app/answer.txt"
+    assert shell["blocks"][0]["text"].startswith("42\n") and "Debian" in shell["blocks"][0]["text"]
+    assert (graded["reward"], graded["finished"]) == (1.0, True)
