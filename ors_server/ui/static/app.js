@@ -284,30 +284,46 @@ async function episodesPage() {
   const more = $("#more");
   formFromUrl(form, ["env", "status", "labels"]);
   let pages = 1;
-  let busy = false;
   let episodes = [];
   const table = new SortedTable($("#episodes"), () => table.show(episodes));
+  form.addEventListener("submit", () => {
+    pages = 1; // before pollRecords' own listener reloads
+  });
+  const refresh = pollRecords(form, "/ui", async () => {
+    const rows = [];
+    let cursor = null;
+    let next = null;
+    for (let page = 0; page < pages; page++) {
+      const answer = await apiJson(`/episodes?${episodesQuery(form, cursor)}`);
+      rows.push(...answer.episodes.map((episode) => [{ ...episode, status: statusOf(episode) }, episodeRow(episode)]));
+      next = answer.next;
+      if (!next) break;
+      cursor = next;
+    }
+    const stats = await apiJson(`/episodes/stats?${filterParams(form)}`);
+    renderOverview($("#overview"), stats.groups);
+    episodes = rows;
+    table.show(episodes);
+    more.hidden = !next;
+    notice(rows.length ? "" : "No episodes match.");
+  });
+  more.addEventListener("click", () => {
+    pages += 1;
+    refresh();
+  });
+  await refresh();
+}
 
+// A page drawn from the records and redrawn every POLL_MS while it is visible: `load` draws it; the filter form
+// redraws it and keeps its fields in the address; records switched off (404) stop the polling with a notice.
+// Returns the redraw (it skips while one runs or the form is invalid).
+function pollRecords(form, path, load) {
+  let busy = false;
   async function refresh() {
-    if (busy) return;
+    if (busy || !form.reportValidity()) return;
     busy = true;
     try {
-      const rows = [];
-      let cursor = null;
-      let next = null;
-      for (let page = 0; page < pages; page++) {
-        const answer = await apiJson(`/episodes?${episodesQuery(form, cursor)}`);
-        rows.push(...answer.episodes.map((episode) => [{ ...episode, status: statusOf(episode) }, episodeRow(episode)]));
-        next = answer.next;
-        if (!next) break;
-        cursor = next;
-      }
-      const stats = await apiJson(`/episodes/stats?${filterParams(form)}`);
-      renderOverview($("#overview"), stats.groups);
-      episodes = rows;
-      table.show(episodes);
-      more.hidden = !next;
-      notice(rows.length ? "" : "No episodes match.");
+      await load();
     } catch (error) {
       if (error.status === 404) {
         clearInterval(polling); // records are off: nothing will appear
@@ -322,12 +338,7 @@ async function episodesPage() {
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    urlFromForm(form, "/ui");
-    pages = 1;
-    refresh();
-  });
-  more.addEventListener("click", () => {
-    pages += 1;
+    urlFromForm(form, path);
     refresh();
   });
   apiJson("/list_environments")
@@ -336,7 +347,7 @@ async function episodesPage() {
   const polling = setInterval(() => {
     if (!document.hidden) refresh();
   }, POLL_MS);
-  await refresh();
+  return refresh;
 }
 
 // Runs: groups of episodes (by a label, `run` by default) side by side, and their mean reward over time.
@@ -409,51 +420,24 @@ const BUCKETS = [1, 5, 10, 30, 60, 300, 600, 1800, 3600, 4 * 3600, 86400, 7 * 86
 async function runsPage() {
   const form = $("#filters");
   formFromUrl(form, ["by", "env", "status", "labels"]);
-  let busy = false;
   let groups = [];
   const table = new SortedTable($("#groups"), () => table.show(groups));
-
-  async function refresh() {
-    if (busy || !form.reportValidity()) return;
-    busy = true;
-    try {
-      const params = filterParams(form);
-      params.set("group_by", `label.${new FormData(form).get("by").trim()}`);
-      const overall = (await apiJson(`/episodes/stats?${filterParams(form)}`)).groups[0];
-      let bucket = 1;
-      if (overall) {
-        const span = (Date.parse(overall.last_started_at) - Date.parse(overall.first_started_at)) / 1000;
-        bucket = BUCKETS.find((b) => span / b <= CHART_POINTS) || BUCKETS[BUCKETS.length - 1];
-      }
-      params.set("bucket", String(bucket));
-      const answer = await apiJson(`/episodes/stats?${params}`);
-      groups = answer.groups.map((group, index) => [group, groupRow(group, index)]);
-      table.show(groups);
-      $("#chart").replaceChildren(runsChart(answer.groups, bucket));
-      notice(answer.groups.length ? "" : "No episodes match.");
-    } catch (error) {
-      if (error.status === 404) {
-        clearInterval(polling);
-        notice("This server keeps no episode records (--records off).", true);
-      } else {
-        notice(error.message, true);
-      }
-    } finally {
-      busy = false;
+  const refresh = pollRecords(form, "/ui/runs", async () => {
+    const params = filterParams(form);
+    params.set("group_by", `label.${new FormData(form).get("by").trim()}`);
+    const overall = (await apiJson(`/episodes/stats?${filterParams(form)}`)).groups[0];
+    let bucket = 1;
+    if (overall) {
+      const span = (Date.parse(overall.last_started_at) - Date.parse(overall.first_started_at)) / 1000;
+      bucket = BUCKETS.find((b) => span / b <= CHART_POINTS) || BUCKETS[BUCKETS.length - 1];
     }
-  }
-
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    urlFromForm(form, "/ui/runs");
-    refresh();
+    params.set("bucket", String(bucket));
+    const answer = await apiJson(`/episodes/stats?${params}`);
+    groups = answer.groups.map((group, index) => [group, groupRow(group, index)]);
+    table.show(groups);
+    $("#chart").replaceChildren(runsChart(answer.groups, bucket));
+    notice(answer.groups.length ? "" : "No episodes match.");
   });
-  apiJson("/list_environments")
-    .then((names) => $("#env-names").replaceChildren(...names.map((name) => el("option", { value: name }))))
-    .catch(() => {});
-  const polling = setInterval(() => {
-    if (!document.hidden) refresh();
-  }, POLL_MS);
   await refresh();
 }
 
