@@ -1,10 +1,11 @@
 """Where the call path's time goes, without HTTP: µs per `/call` driven straight through the ASGI app.
 
-    python bench/inprocess.py [--profile]
+    python bench/inprocess.py [--only floor,ceiling,async,sync] [--profile sync|async]
 
 Compares the pure ASGI floor and the bare Starlette ceiling route (bench/ceiling.py) with our app serving a sync
 and an async counter tool, in one process, so the figures are our server's own cost per call (no sockets, no load
-client on the other core). With --profile it prints cProfile's top frames for the sync tool.
+client on the other core). With --profile it prints cProfile's top frames for that tool (cProfile inflates code
+that makes many small calls: for shares, sample with py-spy, as bench/PROFILE.md describes).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ async def ours(env, n: int, profile: bool) -> float:
             profiler.enable()
             await per_call(app, f"/{env.name}/call", n, headers)
             profiler.disable()
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
     return micros
 
 
@@ -80,20 +81,26 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--only", default="floor,ceiling,async,sync", help="which contenders, comma-separated")
+    parser.add_argument("--profile", choices=["sync", "async"], default=None)
     args = parser.parse_args()
     logging.getLogger("ors_server").setLevel(logging.WARNING)
-    figures: dict[str, list[float]] = {"floor": [], "ceiling": [], "ours, async tool": [], "ours, sync tool": []}
+    contenders = {
+        "floor": ("floor", lambda: per_call(floor_app, "/counter/call", args.n, {})),
+        "ceiling": ("ceiling", lambda: per_call(ceiling_app, "/counter/call", args.n, {})),
+        "async": ("ours, async tool", lambda: ours(AsyncCounter, args.n, False)),
+        "sync": ("ours, sync tool", lambda: ours(Counter, args.n, False)),
+    }
+    chosen = [contenders[name] for name in args.only.split(",")]
+    figures: dict[str, list[float]] = {label: [] for label, _ in chosen}
     for _ in range(args.rounds):  # interleaved
-        figures["floor"].append(await per_call(floor_app, "/counter/call", args.n, {}))
-        figures["ceiling"].append(await per_call(ceiling_app, "/counter/call", args.n, {}))
-        figures["ours, async tool"].append(await ours(AsyncCounter, args.n, False))
-        figures["ours, sync tool"].append(await ours(Counter, args.n, False))
+        for label, measure in chosen:
+            figures[label].append(await measure())
     for name, values in figures.items():
         values.sort()
         print(f"{name:18} {values[len(values) // 2]:7.0f} CPU µs/call  (range {values[0]:.0f}-{values[-1]:.0f})")
     if args.profile:
-        await ours(Counter, args.n, True)
+        await ours(Counter if args.profile == "sync" else AsyncCounter, args.n, True)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import logging
 import math
 import time
 import traceback
-import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -52,6 +51,7 @@ from ors_server.environment import PROGRESS_REPORTER, Environment, ToolDef
 from ors_server.episode import Episode, EpisodeEnd, EpisodeWatcher
 from ors_server.errors import ToolServerUnavailable
 from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal
+from ors_server.ids import call_id
 from ors_server.runtime.worker_threads import run_in_thread
 from ors_server.sessions import Session, SessionStore
 from ors_server.types import ToolOutput
@@ -138,6 +138,8 @@ class ToolCall:
     """Told of each progress report of the running tool (from the tool's thread, or the event loop), when the
     face that started the call asked for them."""
     _progress_done: float = field(default=-math.inf, init=False, repr=False)
+    _json: str | None = field(default=None, init=False, repr=False)
+    """The result's JSON, once a face has asked for it (`output_json`), until it is packed."""
     _waiters: list[asyncio.Future[None]] | None = field(default=None, init=False, repr=False)
 
     def report_progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
@@ -167,12 +169,24 @@ class ToolCall:
         does not carry), and with a finite reward (JSON has no NaN)."""
         result = self._result
         if type(result) is not ToolOutput or result.truncated or not math.isfinite(result.reward or 0.0):
+            self._json = None
             return
         try:
-            self._packed = result.model_dump_json()
+            self._packed = self._json if self._json is not None else result.model_dump_json()
         except Exception:  # noqa: BLE001 - whatever an author's values make of serialisation: keep them as they are
             return
-        self._result = None
+        self._result = self._json = None
+
+    def output_json(self) -> str:
+        """The result, a `ToolOutput`, as `model_dump_json()` makes it: serialised once, for the face that answers
+        with it and for `pack`."""
+        if self._packed is not None:
+            return self._packed
+        if self._json is None:
+            result = self._result
+            assert isinstance(result, ToolOutput)
+            self._json = result.model_dump_json()
+        return self._json
 
     @property
     def done(self) -> bool:
@@ -373,7 +387,7 @@ class Calls:
         """Start a tool call in the background and return it (the call survives its client disconnecting).
         `progress`, if given, is told of the tool's progress reports (from any thread: hand them over safely)."""
         episode = session.episode
-        call = ToolCall(uuid.uuid4().hex, name, session, episode, face, arguments, progress=progress)
+        call = ToolCall(call_id(), name, session, episode, face, arguments, progress=progress)
         episode.add_call(call)
         session.running_calls += 1
         self.running += 1
@@ -628,7 +642,7 @@ class Calls:
         session, episode = step.session, step.episode
 
         async def call_tool(name: str, arguments: Any) -> CallResult:
-            call = ToolCall(uuid.uuid4().hex, name, session, episode, step.face, arguments, step=step.id)
+            call = ToolCall(call_id(), name, session, episode, step.face, arguments, step=step.id)
             result = await self._invoke(call, None)
             _record(episode, result)
             call.end(result)

@@ -132,6 +132,13 @@ async def read_body(request: Request, model: type[BaseModel], *, empty_ok: bool 
     if not raw.strip() and empty_ok:
         raw = b"{}"
     try:
+        # Parsed and validated in one pass by pydantic (a third of `json.loads` and `model_validate`'s cost). Its
+        # parser accepts no text that `wirejson` refuses; what it refuses goes the long way below, which gives
+        # the errors, or the value, the clients have always had (nesting deeper than its limit, a UTF-16 body).
+        return model.model_validate_json(raw)
+    except ValidationError:
+        pass
+    try:
         data = wirejson.loads(raw)
     except wirejson.MalformedJson as exc:
         raise BodyInvalid([{"type": "json_invalid", "loc": ["body"], "msg": f"JSON decode error: {exc}"}]) from None
@@ -220,7 +227,7 @@ async def _stream_call(
             yield sse.keepalive()
     session.touch()
     result = await running.wait()  # ended: at once
-    yield b"".join(event.encode() for event in [*progress_events(feed), *render_result(result)])
+    yield b"".join(event.encode() for event in [*progress_events(feed), *render_result(result, running)])
 
 
 def progress_events(feed: ProgressFeed) -> list[ServerSentEvent]:
@@ -249,10 +256,19 @@ async def _stream_scoring(job: ScoreJob, keepalive: float) -> AsyncIterator[byte
     yield b"".join(event.encode() for event in _score_events(job))
 
 
-def result_bytes(result: CallResult) -> bytes:
+def output_json(output: ToolOutput, call: ToolCall | None = None) -> str:
+    """A tool's output as the result's line-safe JSON: `{"ok":true,"output":...}` around pydantic's own
+    serialisation (`model_dump_json`), the value `to_json({"ok": True, "output": output.model_dump(mode="json")})`
+    has at a fifth of the cost, and serialised once with the call it ended (`ToolCall.output_json`), which keeps
+    it for replay."""
+    text = output.model_dump_json() if call is None else call.output_json()
+    return sse.line_safe(f'{{"ok":true,"output":{text}}}')
+
+
+def result_bytes(result: CallResult, call: ToolCall | None = None) -> bytes:
     """`render_result(result)`, encoded (the call path's rendering, without event objects)."""
     if isinstance(result, ToolOutput):
-        return sse.result_bytes({"ok": True, "output": result.model_dump(mode="json")})
+        return sse.json_result_bytes(output_json(result, call))
     if isinstance(result, ToolRejected):
         reason = result.reason if result.reason in ORS_REASONS else None
         return sse.result_bytes({"ok": False, "error": result.message, "reason": reason})
@@ -260,9 +276,9 @@ def result_bytes(result: CallResult) -> bytes:
     return sse.event_bytes("error", result.message)
 
 
-def render_result(result: CallResult) -> list[ServerSentEvent]:
+def render_result(result: CallResult, call: ToolCall | None = None) -> list[ServerSentEvent]:
     if isinstance(result, ToolOutput):
-        return sse.result_events({"ok": True, "output": result.model_dump(mode="json")})
+        return sse.json_result_events(output_json(result, call))
     if isinstance(result, ToolRejected):
         reason = result.reason if result.reason in ORS_REASONS else None
         return sse.result_events({"ok": False, "error": result.message, "reason": reason})
@@ -456,9 +472,8 @@ class OrsFace:
         if result is not None:
             session.touch()
             news = progress_events(feed)
-            return sse.Events(
-                b"".join([sse.event_bytes("task_id", running.id), *(e.encode() for e in news), result_bytes(result)])
-            )
+            head = sse.event_bytes("task_id", running.id)
+            return sse.Events(b"".join([head, *(e.encode() for e in news), result_bytes(result, running)]))
         return sse.stream(_stream_call(session, running, feed, keepalive))
 
 

@@ -25,15 +25,21 @@ client slower than the tool loses the stale ones, and the call's result never wa
 class ProgressFeed:
     """The progress reports of one call (pass it as `Calls.start(progress=...)`). Made on the event loop."""
 
+    __slots__ = ("_reports", "_arrived", "_loop")
+
     def __init__(self) -> None:
-        self._reports: deque[Progress] = deque(maxlen=PROGRESS_KEPT)
+        self._reports: deque[Progress] | None = None
+        """Made at the first report (every ORS call has a feed; few tools report)."""
         self._arrived: anyio.Event | None = None
         """Made only while the face waits (most calls end before any report and never wait on it)."""
         self._loop = asyncio.get_running_loop()
 
     def __call__(self, report: Progress) -> None:  # any thread
         # Appended here, before the tool returns: a call's reports are all in the feed once its result is.
-        self._reports.append(report)
+        reports = self._reports
+        if reports is None:
+            reports = self._reports = deque(maxlen=PROGRESS_KEPT)
+        reports.append(report)
         with contextlib.suppress(RuntimeError):  # the loop has closed (shutdown): nobody to tell
             self._loop.call_soon_threadsafe(self._wake)
 
@@ -43,9 +49,10 @@ class ProgressFeed:
 
     def take(self) -> list[Progress]:
         """The reports not yet taken, oldest first."""
-        taken = []
-        while self._reports:
-            taken.append(self._reports.popleft())
+        taken: list[Progress] = []
+        reports = self._reports
+        while reports:
+            taken.append(reports.popleft())
         return taken
 
     async def next_or_end(self, call: ToolCall) -> None:

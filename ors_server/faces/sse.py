@@ -31,7 +31,12 @@ _LINE_BREAKING = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
 
 def to_json(value: Any) -> str:
     """Compact JSON that is safe on one SSE `data:` line."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return line_safe(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def line_safe(text: str) -> str:
+    """Compact JSON text (non-ASCII left as is: `json.dumps(ensure_ascii=False)`, or pydantic's) with the characters
+    that break lines but that JSON leaves raw escaped, so it is safe on one SSE `data:` line."""
     if any(char in text for char in _LINE_BREAKING):
         for char, escape in _LINE_BREAKING.items():
             text = text.replace(char, escape)
@@ -75,9 +80,14 @@ def event_bytes(name: str, data: str) -> bytes:
 
 
 def result_bytes(payload: Any) -> bytes:
-    """`result_events(payload)`, encoded: the pieces of `to_json` hold no line break (JSON escapes them, `to_json`
-    the rest), so each is one `data:` line."""
-    pieces = chunk_json(to_json(payload))
+    """`result_events(payload)`, encoded."""
+    return json_result_bytes(to_json(payload))
+
+
+def json_result_bytes(text: str) -> bytes:
+    """`json_result_events(text)`, encoded: the pieces of line-safe JSON hold no line break (JSON escapes them,
+    `line_safe` the rest), so each is one `data:` line."""
+    pieces = chunk_json(text)
     last = pieces.pop()
     chunks = "".join(f"event: chunk{SEP}data: {piece}{SEP}{SEP}" for piece in pieces)
     return f"{chunks}event: end{SEP}data: {last}{SEP}{SEP}".encode()
@@ -102,7 +112,12 @@ _CONTENT_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")
 
 def result_events(payload: Any) -> list[ServerSentEvent]:
     """`chunk`* then `end` for one JSON result."""
-    pieces = chunk_json(to_json(payload))
+    return json_result_events(to_json(payload))
+
+
+def json_result_events(text: str) -> list[ServerSentEvent]:
+    """`chunk`* then `end` for one result already as line-safe compact JSON (`line_safe`)."""
+    pieces = chunk_json(text)
     events = [ServerSentEvent(data=piece, event="chunk", sep=SEP) for piece in pieces[:-1]]
     events.append(ServerSentEvent(data=pieces[-1], event="end", sep=SEP))
     return events

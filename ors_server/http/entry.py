@@ -18,6 +18,7 @@ What it keeps, as the middlewares did:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -26,8 +27,8 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware.exceptions import ExceptionMiddleware
-from starlette.requests import ClientDisconnect
-from starlette.routing import Match, Router
+from starlette.requests import ClientDisconnect, Request
+from starlette.routing import Match, Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ors_server.calls import Calls
@@ -56,7 +57,7 @@ class RouteCache:
 
     def __init__(self, routers: dict[str, Router]) -> None:
         self.routers = routers
-        self._found: dict[tuple[str, str, str, str], tuple[Any, dict[str, Any]]] = {}
+        self._found: dict[tuple[str, str, str, str], tuple[Any, dict[str, Any], Any]] = {}
 
     async def handle(self, face: Face, scope: Scope, receive: Receive, send: Send) -> None:
         key = (face.name, scope["type"], scope.get("method", ""), scope["path"])
@@ -67,19 +68,26 @@ class RouteCache:
                 return await self.routers[face.name](scope, receive, send)
             if len(self._found) < _CACHE_LIMIT:
                 self._found[key] = found
-        route, child = found
+        route, child, endpoint = found
         scope.update(child)
         # Path parameters are the request's own: copied, so no handler can change the remembered ones.
         scope["path_params"] = dict(child.get("path_params", {}))
-        await route.handle(scope, receive, send)
+        if endpoint is None:
+            return await route.handle(scope, receive, send)
+        # What the route's own wrapping (`request_response`) does, without its two frames and wrapped send: what the
+        # endpoint raises reaches `Entry`, which renders it by the face as the wrapping's handlers did.
+        response = await endpoint(Request(scope, receive, send))
+        await response(scope, receive, send)
 
-    def _match(self, face: Face, scope: Scope) -> tuple[Any, dict[str, Any]] | None:
+    def _match(self, face: Face, scope: Scope) -> tuple[Any, dict[str, Any], Any] | None:
         if scope.get("root_path"):
             return None  # a mounted app: its paths are relative, leave it to the router
         for route in self.routers[face.name].routes:
             match, child = route.matches(scope)
             if match is Match.FULL:
-                return route, dict(child)
+                # A plain route to an async endpoint (a face's method) is called straight (`handle`).
+                endpoint = route.endpoint if isinstance(route, Route) else None
+                return route, dict(child), endpoint if inspect.iscoroutinefunction(endpoint) else None
             if match is Match.PARTIAL:
                 return None
         return None

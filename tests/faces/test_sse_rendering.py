@@ -1,6 +1,7 @@
 """The ORS call path formats its SSE bytes directly (`result_bytes`, `sse.event_bytes`): they must be the bytes the
 event objects encode to, which the official clients parse, for every kind of result and awkward text."""
 
+import json
 import random
 import string
 
@@ -30,6 +31,16 @@ def test_direct_result_bytes_equal_the_encoded_events_for_every_kind_of_result()
         ]
         for result in results:
             assert result_bytes(result) == b"".join(event.encode() for event in render_result(result))
+        # An output is serialised by pydantic (`output_json`): the value the event objects carried before.
+        assert _result_value(result_bytes(results[0])) == {"ok": True, "output": results[0].model_dump(mode="json")}
+
+
+def _result_value(stream: bytes) -> object:
+    """The JSON value of a result's `chunk`* `end` events, as the clients join their data lines."""
+    lines = stream.decode().split(sse.SEP)
+    data = "".join(line.removeprefix("data: ") for line in lines if line.startswith("data: "))
+    assert not any(char in data for char in "\u2028\u2029\x85")
+    return json.loads(data)
 
 
 def test_direct_event_bytes_equal_the_encoded_event_with_line_breaks_joined():
