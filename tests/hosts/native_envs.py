@@ -1,5 +1,5 @@
 """A native environment served from host processes (`isolated:native_envs:Fragile`) by tests/hosts/test_isolated.py:
-tools that answer, crash the host process, and hang it."""
+tools that answer, crash the host process, and hang it, and a task's own tool (`clue`, on train task 1 only)."""
 
 import gc
 import os
@@ -20,6 +20,10 @@ class FloodInput(BaseModel):
     chars: int
 
 
+class ClueInput(BaseModel):
+    about: str
+
+
 MEETING = threading.Barrier(8)
 """Shared by the sessions of one host process: `meet` returns only when eight calls run at once."""
 
@@ -35,6 +39,14 @@ class Fragile(Environment):
 
     def get_prompt(self):
         return [TextBlock(text=f"task {self.task_spec['n']}")]
+
+    def list_task_tools(self):
+        return ["clue"] if self.task_spec["n"] == 1 else []
+
+    @tool(shared=False)
+    def clue(self, params: ClueInput) -> ToolOutput:
+        """A clue about something, offered on task 1 only."""
+        return ToolOutput(blocks=[TextBlock(text=f"{params.about}: task {self.task_spec['n']}, pid {os.getpid()}")])
 
     @tool
     def echo(self, params: EchoInput) -> ToolOutput:

@@ -1,5 +1,6 @@
 """The host protocol with a native environment (`isolated:`): an environment in host processes behaves as one in
-process through the ORS face, and a host that crashes or hangs costs only its sessions."""
+process through the ORS and MCP faces (a task's own tools included), and a host that crashes or hangs costs only its
+sessions."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from starlette.testclient import TestClient
 
 from ors_server.http.app import create_app
 from ors_server.loading import LoadError, resolve_environments
 from ors_server.settings import Settings
 from tests.clients.harness import _healthy, free_port, server_command
+from tests.faces.mcp_helpers import mcp_client, text
+from tests.serving import serve
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,20 +41,21 @@ def _error(end: dict) -> str:
 
 @pytest.fixture(scope="module")
 def client():
+    # A real server (the MCP client needs one), driven by plain HTTP requests.
     envs = resolve_environments(["isolated:native_envs:Fragile"], str(HERE))
     app = create_app(envs, Settings(tool_timeout=3.0, host_sessions=2))
-    with TestClient(app, base_url="http://127.0.0.1") as client:
+    with serve(app) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield client
 
 
-def _create(client: TestClient, sid: str, index: int = 0) -> None:
+def _create(client: httpx.Client, sid: str, index: int = 0) -> None:
     response = client.post(
         "/create", json={"env_name": "fragile", "split": "train", "index": index}, headers={"X-Session-ID": sid}
     )
     assert response.status_code == 200, response.text
 
 
-def _call(client: TestClient, sid: str, name: str, arguments: dict | None = None) -> dict:
+def _call(client: httpx.Client, sid: str, name: str, arguments: dict | None = None) -> dict:
     response = client.post(
         "/fragile/call", json={"name": name, "input": arguments or {}}, headers={"X-Session-ID": sid}
     )
@@ -60,7 +63,7 @@ def _call(client: TestClient, sid: str, name: str, arguments: dict | None = None
     return _sse_end(response.text)
 
 
-def test_describes_lists_and_runs_like_a_native_environment(client: TestClient) -> None:
+def test_describes_lists_and_runs_like_a_native_environment(client: httpx.Client) -> None:
     tools = client.get("/fragile/tools").json()["tools"]
     assert [t["name"] for t in tools] == ["echo", "whoami", "meet", "crash", "hang", "flood", "forge"]
     assert tools[0]["input_schema"]["required"] == ["text"]
@@ -86,7 +89,46 @@ def test_describes_lists_and_runs_like_a_native_environment(client: TestClient) 
     assert client.post("/delete", headers={"X-Session-ID": "a"}).status_code == 200
 
 
-def test_a_crashed_host_ends_only_its_sessions_and_is_replaced(client: TestClient) -> None:
+def test_a_tasks_own_tool_is_listed_and_called_in_its_session_only(client: httpx.Client) -> None:
+    _create(client, "own", 1)  # train task 1 offers `clue`
+    _create(client, "plain", 0)
+    own = client.get("/fragile/task_tools", headers={"X-Session-ID": "own"}).json()["tools"]
+    plain = client.get("/fragile/task_tools", headers={"X-Session-ID": "plain"}).json()["tools"]
+    shared = ["echo", "whoami", "meet", "crash", "hang", "flood", "forge"]
+    assert [t["name"] for t in own] == [*shared, "clue"] and [t["name"] for t in plain] == shared
+    assert own[-1]["input_schema"]["required"] == ["about"] and "task 1 only" in own[-1]["description"]
+    assert "clue" not in [t["name"] for t in client.get("/fragile/tools").json()["tools"]]
+    answered = _call(client, "own", "clue", {"about": "x"})
+    assert answered["event"] == "end" and answered["data"]["output"]["blocks"][0]["text"].startswith("x: task 1, pid ")
+    assert _call(client, "own", "clue", {"topic": "x"})["data"]["reason"] == "input_validation"
+    assert _call(client, "plain", "clue", {"about": "x"})["data"]["reason"] == "not_found"
+    for sid in ("own", "plain"):
+        assert client.post("/delete", headers={"X-Session-ID": sid}).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_a_tasks_own_tool_is_listed_and_called_over_mcp_in_its_session_only(client: httpx.Client) -> None:
+    url = str(client.base_url.join("/fragile/mcp"))
+    async with httpx.AsyncClient(base_url=client.base_url, timeout=60) as http:
+        for sid, index in (("own-mcp", 1), ("plain-mcp", 0)):
+            body = {"env_name": "fragile", "split": "train", "index": index}
+            assert (await http.post("/create", json=body, headers={"X-Session-ID": sid})).status_code == 200
+        try:
+            async with mcp_client(url, headers={"X-Session-ID": "own-mcp"}) as (session, _):
+                own = [tool.name for tool in (await session.list_tools()).tools]
+                answered = await session.call_tool("clue", {"about": "y"})
+            async with mcp_client(url, headers={"X-Session-ID": "plain-mcp"}) as (session, _):
+                plain = [tool.name for tool in (await session.list_tools()).tools]
+                refused = await session.call_tool("clue", {"about": "y"})
+        finally:
+            for sid in ("own-mcp", "plain-mcp"):
+                await http.post("/delete", headers={"X-Session-ID": sid})
+    assert own[-1] == "clue" and "clue" not in plain and "echo" in plain
+    assert not answered.is_error and text(answered).startswith("y: task 1, pid ")
+    assert refused.is_error
+
+
+def test_a_crashed_host_ends_only_its_sessions_and_is_replaced(client: httpx.Client) -> None:
     _create(client, "c1")
     _create(client, "c2")  # host_sessions=2: the same process as c1
     _create(client, "other")  # the next process
@@ -105,7 +147,7 @@ def test_a_crashed_host_ends_only_its_sessions_and_is_replaced(client: TestClien
         client.post("/delete", headers={"X-Session-ID": sid})
 
 
-def test_a_hung_call_times_out_and_ends_its_session_only(client: TestClient) -> None:
+def test_a_hung_call_times_out_and_ends_its_session_only(client: httpx.Client) -> None:
     _create(client, "h1")
     _create(client, "h2")
     hung = _call(client, "h1", "hang")

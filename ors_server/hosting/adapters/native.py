@@ -15,7 +15,7 @@ Refused: type = Exception
 def load(target, options):
     module_name, _, class_name = target.partition(":")
     try:
-        from ors_server.environment import Environment
+        from ors_server.environment import Environment, ToolDef
         from ors_server.types import Split, ToolOutput
     except ImportError as exc:
         raise LoadFailed(f"this interpreter has no ors_server package ({exc})") from None
@@ -28,7 +28,7 @@ def load(target, options):
         raise LoadFailed(f"module '{module_name}' has no class '{class_name}'")
     if not (inspect.isclass(found) and issubclass(found, Environment)):
         raise LoadFailed(f"'{class_name}' in module '{module_name}' is not an ors_server Environment subclass")
-    return NativeAdapter(found, Split, ToolOutput)
+    return NativeAdapter(found, Split, ToolOutput, ToolDef)
 
 
 async def _run(function, *args, **kwargs):
@@ -38,23 +38,52 @@ async def _run(function, *args, **kwargs):
     return await result if inspect.isawaitable(result) else result
 
 
+def _described(spec):
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.schema, "terminal": spec.terminal}
+
+
 class NativeAdapter:
-    def __init__(self, cls, split_type, output_type):
+    def __init__(self, cls, split_type, output_type, tool_type):
         self.cls = cls
         self.split_type = split_type
         self.output_type = output_type
+        self.tool_type = tool_type
+        self.task_tools = {}
+        """Each live instance's own tools, by `id(instance)` (forgotten at its `delete`)."""
 
     def describe(self):
-        tools = [
-            {"name": t.name, "description": t.description, "input_schema": t.schema} for t in self.cls.tools.values()
-        ]
+        # The shared tools only: a task's own (`@tool(shared=False)`, or made at run time) are each session's,
+        # asked for once its setup has ended (`request("task_tools")`).
+        tools = [_described(t) for t in self.cls.tools.values() if t.shared]
         return {
             "name": self.cls.name,
             "description": (self.cls.__doc__ or "").strip(),
             "splits": [self.split_type.of(s).model_dump() for s in self.cls.list_splits()],
             "tools": tools,
-            "extra": {},
+            "extra": {"task_tools": self.cls.has_task_tools()},
         }
+
+    async def request(self, instance, name, payload):
+        if name == "task_tools":
+            return [_described(t) for t in (await self._task_tools(instance)).values()]
+        raise Refused("not_found", f"the native adapter answers no request '{name}'")
+
+    async def _task_tools(self, instance):
+        """The instance's own tools by name, found once (as the server's `episode_tools` finds them in process)."""
+        found = self.task_tools.get(id(instance))
+        if found is None:
+            found = {}
+            if self.cls.has_task_tools():
+                for entry in await _run(instance.list_task_tools):
+                    spec = self.cls.tools.get(entry) if isinstance(entry, str) else entry
+                    if not isinstance(spec, self.tool_type):
+                        raise TypeError(
+                            f"{self.cls.__name__}.list_task_tools() returned {entry!r}: give names of the class's "
+                            "@tool methods, or ToolDefs"
+                        )
+                    found[spec.name] = spec
+            self.task_tools[id(instance)] = found
+        return found
 
     async def tasks(self, method, args):
         if method not in ("list_tasks", "num_tasks", "get_task", "get_task_range", "task_from_seed"):
@@ -72,6 +101,9 @@ class NativeAdapter:
 
     async def call(self, instance, tool, arguments):
         spec = self.cls.tools.get(tool)
+        if spec is None or not spec.shared:
+            # A task's own tool is callable only in the sessions whose list_task_tools() names it.
+            spec = (await self._task_tools(instance)).get(tool)
         if spec is None:
             raise Refused("not_found", f"'{tool}' is not a valid tool")
         args = ()
@@ -94,4 +126,5 @@ class NativeAdapter:
         return await self.create(task_spec, secrets)
 
     async def delete(self, instance):
+        self.task_tools.pop(id(instance), None)
         await _run(instance.teardown)
