@@ -4,7 +4,7 @@ names and input schemas of `openreward`'s `OpenClawToolset`, acting on the sessi
 from __future__ import annotations
 
 from ors_server.environment import tool
-from ors_server.toolsets.actions import EditRefused, read_text, rewrite, run_quiet, run_shell, write_text
+from ors_server.toolsets.actions import EditRefused, read_text, rewrite, run_shell, write_text
 from ors_server.toolsets.base import Params, Toolset, error_output, refusal_output, text_output
 from ors_server.toolsets.patches import apply_patch
 from ors_server.types import ToolOutput
@@ -62,15 +62,13 @@ class OpenClaw(Toolset):
 
     @tool
     async def process(self, params: ProcessParams) -> ToolOutput:
-        """Background processes. `list` shows the processes running in the sandbox. Here every command runs in the
-        foreground (`exec` waits for it, and nothing it starts outlives it), so there are no background sessions:
-        `poll`, `log`, `write`, `kill` and `remove` of a `sessionId` answer that none exists."""
+        """Background sessions. Here every command runs in the foreground (`exec` waits for it, and nothing it
+        starts outlives it), so there are none: `list` answers an empty list, and `poll`, `log`, `write`, `kill`
+        and `remove` of a `sessionId` answer that it does not exist."""
         if params.action not in PROCESS_ACTIONS:
             return refusal_output(f"unknown process action {params.action!r}: use {', '.join(PROCESS_ACTIONS)}")
         if params.action == "list":
-            result = await run_quiet(self.sandbox, "ps -eo pid,etime,args")
-            listed = result.text()
-            return text_output(listed if listed.strip() else "No background processes.", output=listed)
+            return text_output("No background sessions: every command runs in the foreground here.", sessions=[])
         if not params.sessionId:
             return refusal_output(f"the action '{params.action}' needs a sessionId")
         return refusal_output(
