@@ -255,6 +255,8 @@ def _serve(args: argparse.Namespace) -> None:
         settings = Settings.from_env(**_settings_of(args))
     except ValueError as exc:
         raise SystemExit(f"ors-server: {exc}") from None
+    with _load_errors(debug=False):  # an --env-port naming no environment served
+        Registry(environments).by_port(settings.port_envs)
     if args.api_key is not None:
         print(
             "ors-server: WARNING: --api-key puts the key on the command line, visible to every local process "

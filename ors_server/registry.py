@@ -41,3 +41,14 @@ class Registry:
         if env_cls is None:
             raise EnvironmentNotFound(name)
         return env_cls
+
+    def by_port(self, port_envs: dict[int, str]) -> dict[int, str]:
+        """`--env-port`'s {port: name} with each name as this registry spells it; ValueError for a name it lacks."""
+        found = {}
+        for port, name in port_envs.items():
+            env_cls = self._by_name.get(name.lower())
+            if env_cls is None:
+                served = ", ".join(self.names)
+                raise ValueError(f"env_ports: '{name}={port}' names no environment served here (served: {served})")
+            found[port] = env_cls.name
+        return found

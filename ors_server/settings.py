@@ -207,6 +207,17 @@ class Network:
 
     host: str = setting("127.0.0.1", "address to listen on")
     port: int = setting(8000, "port to listen on")
+    env_ports: tuple[str, ...] = setting(
+        (),
+        "listen on PORT too, where paths that name no environment mean NAME (for clients that send no variant, "
+        "as the openreward SDK under TRL and SkyRL); repeat for more",
+        flag="--env-port",
+        metavar="NAME=PORT",
+        shown="none",
+    )
+    """Ports of their own for environments: on each, every face answers as on `port`, and a request that names no
+    environment (ORS's bare paths, `/create` without `env_name`, `/mcp`, `/control/*`, `/openenv`) means that
+    environment rather than the first (`port_envs`)."""
     api_key: str | None = setting(
         None,
         "require this key (default: $ORS_API_KEY; none: open)",
@@ -524,6 +535,29 @@ class Settings(Scale, Records, Containers, Sandbox, Network, Hosts, Pools, Limit
                 raise ValueError(f"harbor_image entries must be FROM=LOCAL, got {entry!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port!r}")
+        self.port_envs  # noqa: B018 (checks the entries)
+
+    @property
+    def port_envs(self) -> dict[int, str]:
+        """`env_ports` as {port: environment name}; ValueError naming the entry that is not NAME=PORT with a port
+        of its own (1..65535, not `port`, not given twice) and an environment named once."""
+        found: dict[int, str] = {}
+        for entry in self.env_ports:
+            name, sep, port_text = entry.rpartition("=")
+            name = name.strip()
+            if not (sep and name and port_text.strip().isdigit()):
+                raise ValueError(f"env_ports entries must be NAME=PORT, got {entry!r}")
+            port = int(port_text)
+            if not 1 <= port <= 65535:
+                raise ValueError(f"env_ports: the port of {entry!r} must be in 1..65535")
+            if port == self.port:
+                raise ValueError(f"env_ports: {entry!r} gives the main port ({self.port}) to '{name}'")
+            if port in found:
+                raise ValueError(f"env_ports: port {port} is given twice ('{found[port]}' and '{name}')")
+            if name.lower() in (known.lower() for known in found.values()):
+                raise ValueError(f"env_ports: '{name}' is given two ports")
+            found[port] = name
+        return found
 
     def to_json(self) -> dict[str, Any]:
         """The settings as JSON values for another process of the deployment, without the API key (it travels in

@@ -55,6 +55,7 @@ from starlette.routing import BaseRoute, Match, NoMatchFound, Router
 from starlette.types import Receive, Scope, Send
 
 from ors_server.calls import Calls
+from ors_server.environment import Environment
 from ors_server.errors import OrsError
 from ors_server.faces.aliases import Aliases
 from ors_server.registry import Registry
@@ -75,6 +76,16 @@ class Core:
 
 
 ErrorRenderer = Callable[[OrsError], Response]
+
+PORT_ENV = "ors_server.port_env"
+"""The scope key under which the entry puts the environment whose own port (`--env-port`) the request came in on
+(behind a front, the port the front received it on)."""
+
+
+def env_of(registry: Registry, scope: Scope, name: str | None) -> type[Environment]:
+    """The environment `name` names; for None (a path or body that names none) the request's default: the
+    environment of the port it came in on (`--env-port`), else the server's first."""
+    return registry.get(name if name is not None else scope.get(PORT_ENV))
 
 
 @dataclass(frozen=True)
@@ -243,6 +254,7 @@ __all__ = [
     "Revoker",
     "SessionNamer",
     "deny_websocket",
+    "env_of",
     "header_key",
     "revokes_nothing",
     "unnamed",

@@ -29,7 +29,7 @@ from starlette.types import Scope
 
 from ors_server.environment import Environment
 from ors_server.errors import BadRequest, OrsError, Refused, SessionDeleted, SessionExpired, SessionNotFound
-from ors_server.faces import Core, Face, Naming, header_key, wirejson
+from ors_server.faces import Core, Face, Naming, env_of, header_key, wirejson
 from ors_server.faces.aliases import Aliases
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
@@ -94,7 +94,7 @@ class ControlFace:
         return self.aliases.key_for(raw) or raw
 
     def _env(self, request: Request) -> type[Environment]:
-        return self.registry.get(request.path_params.get("env"))
+        return env_of(self.registry, request.scope, request.path_params.get("env"))
 
     def _env_name(self, request: Request) -> str | None:
         return None if request.path_params.get("env") is None else self._env(request).name

@@ -34,7 +34,7 @@ from ors_server.errors import (
     OrsError,
     Unavailable,
 )
-from ors_server.faces import Core, Face, Naming, header_key, sse, wirejson
+from ors_server.faces import PORT_ENV, Core, Face, Naming, env_of, header_key, sse, wirejson
 from ors_server.faces.openapi import Endpoint, openapi_document
 from ors_server.faces.progress import ProgressFeed
 from ors_server.faces.scoring import ScoreJob, Scoring, ScoringUnsupported
@@ -297,7 +297,7 @@ class OrsFace:
         self.scoring = Scoring(store)
 
     def _path_env(self, request: Request) -> type[Environment]:
-        return self.registry.get(request.path_params.get("env"))
+        return env_of(self.registry, request.scope, request.path_params.get("env"))
 
     def _path_env_name(self, request: Request) -> str | None:
         """The environment named by the path (checked against the session's), or None on a bare path."""
@@ -320,7 +320,12 @@ class OrsFace:
         return JSONResponse({"version": dist_version("ors-server"), "build_sha": None})
 
     async def list_environments(self, request: Request) -> Response:
-        return JSONResponse(self.registry.names)
+        names = self.registry.names
+        port_env = request.scope.get(PORT_ENV)
+        if port_env is not None:  # "the first is the default": on an environment's own port, that one
+            first = self.registry.get(port_env).name
+            names = [first, *(name for name in names if name != first)]
+        return JSONResponse(names)
 
     async def tools(self, request: Request) -> Response:
         env_cls = self._path_env(request)
@@ -376,12 +381,12 @@ class OrsFace:
     async def create(self, request: Request) -> Response:
         sid = self._session_id(request)
         body = await read_body(request, CreateBody)
-        env_cls = self.registry.get(body.env_name)
+        env_cls = env_of(self.registry, request.scope, body.env_name)
         request.state.env = env_cls.name
         if body.env_name is None:
             logger.debug(
                 "session %s: /create names no env_name (an openreward client without a variant): "
-                "serving the default environment '%s'",
+                "serving the default environment (of the port, or the first) '%s'",
                 sid,
                 env_cls.name,
             )

@@ -19,6 +19,7 @@ from ors_server.environment import Environment
 from ors_server.errors import OrsError, Refused
 from ors_server.faces import Core, Face, FaceRouter, FaceTable, control, episodes, mcp, openenv, ors
 from ors_server.http.entry import App, Entry, RouteCache
+from ors_server.http.env_ports import PortEnvs
 from ors_server.http.guards import HeaderChecks
 from ors_server.http.observability import Metrics
 from ors_server.records.reading import Reader
@@ -55,6 +56,7 @@ def create_app(
     internals.check()  # the MCP face reaches into the SDK: refuse to start on a release that lacks what it needs
     settings = settings or Settings()
     registry = Registry(environments)
+    by_port = registry.by_port(settings.port_envs)
     store = SessionStore(settings)
     calls = Calls(store)
     core = Core(registry, store, calls, settings)
@@ -107,6 +109,8 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         handlers=_handlers(faces_table),
         worker=worker,
+        # Behind a front, the front listens on the environments' ports and names the port's environment.
+        port_envs=PortEnvs(by_port, behind_front=worker is not None) if by_port else None,
     )
     app.state.settings = settings
     app.state.registry = registry

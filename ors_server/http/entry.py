@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ors_server.calls import Calls
 from ors_server.errors import OrsError, Refused
 from ors_server.faces import Face, FaceTable
+from ors_server.http.env_ports import PortEnvs
 from ors_server.http.guards import HeaderChecks, count_body, refuse_websocket
 from ors_server.http.lookup import LOAD_HEADER, LOOKUP_PATH, answer_lookup, load_value
 from ors_server.http.observability import (
@@ -106,6 +107,7 @@ class Entry:
         max_body_bytes: int,
         handlers: dict[Any, Callable[..., Any]],
         worker: tuple[SessionStore, Calls, Callable[[str], str | None]] | None = None,
+        port_envs: PortEnvs | None = None,
     ) -> None:
         self.router, self.routes, self.faces, self.metrics = router, routes, faces, metrics
         self.checks = checks
@@ -117,9 +119,12 @@ class Entry:
         # What the routes' own wrapping (`request_response`) reads from the scope: the same handlers.
         self.scope_handlers: tuple[dict[Any, Any], dict[int, Any]] = (scoped, {})
         self.worker = worker
+        self.port_envs = port_envs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
+        if self.port_envs is not None and kind != "lifespan":
+            self.port_envs.mark(scope)
         if kind == "http":
             return await self._http(scope, receive, send)
         if kind == "websocket":

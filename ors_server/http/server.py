@@ -44,14 +44,14 @@ class Server:
     def run(self, host: str | None = None, port: int | None = None) -> None:
         """Serve until interrupted (SIGINT or SIGTERM), then end every session cleanly. An address that cannot
         be listened on (in use, say) exits with one line naming it."""
-        configure_logging(self.settings.log_level)
         host = host or self.settings.host
         try:
-            sockets = listen(host, self.settings.port if port is None else port)
+            sockets = listen_all(self.settings, host, port)
         except CannotListen as exc:
             raise SystemExit(f"ors-server: {exc}") from None
+        configure_logging(self.settings.log_level)
         config = uvicorn_config(self.app, self.settings, host=host, port=sockets[0].getsockname()[1])
-        announce(sockets)
+        announce(sockets, self.settings.port_envs)
         UvicornServer(config, on_exit=self.app.state.store.stop_admitting).run(sockets=sockets)
 
 
@@ -62,18 +62,14 @@ class CannotListen(Exception):
     """The server's address cannot be bound (the message is one line: the address and why)."""
 
 
-def listen(host: str, port: int) -> list[socket.socket]:
-    """Sockets listening on every address `host` names (a name may have an IPv4 and an IPv6 one, as asyncio and
-    uvicorn bind them), for uvicorn to serve on. Binding before anything else starts (workers, fronts, Ray) makes
-    an address in use one clear line in every mode, instead of uvicorn's log line after the workers started, or a
-    traceback."""
-    infos = _addresses(host, port)
-    sockets: list[socket.socket] = []
+def listen_all(settings: Settings, host: str | None = None, port: int | None = None) -> list[socket.socket]:
+    """`listen` on the server's port (`host` and `port` unless given), then on each environment's own port
+    (`--env-port`): all of them or none."""
+    host = settings.host if host is None else host
+    sockets = listen(host, settings.port if port is None else port)
     try:
-        for family, kind, proto, address in infos:
-            if sockets and port == 0:  # one port for all, the one chosen for the first
-                address = (address[0], sockets[0].getsockname()[1], *address[2:])
-            sockets.append(_bound(host, port, family, kind, proto, address, v6only=len(infos) > 1))
+        for env_port, name in settings.port_envs.items():
+            sockets += listen(host, env_port, flag=f"--env-port {name}=PORT")
     except BaseException:
         for sock in sockets:
             sock.close()
@@ -81,10 +77,29 @@ def listen(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+def listen(host: str, port: int, flag: str = "--port") -> list[socket.socket]:
+    """Sockets listening on every address `host` names (a name may have an IPv4 and an IPv6 one, as asyncio and
+    uvicorn bind them), for uvicorn to serve on. Binding before anything else starts (workers, fronts, Ray) makes
+    an address in use one clear line in every mode, instead of uvicorn's log line after the workers started, or a
+    traceback. `flag`: the one that sets this port, which that line says to change."""
+    infos = _addresses(host, port)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, address in infos:
+            if sockets and port == 0:  # one port for all, the one chosen for the first
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sockets.append(_bound(host, port, family, kind, proto, address, v6only=len(infos) > 1, flag=flag))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def bind(host: str, port: int, *, reuse_port: bool = False, flag: str = "--port") -> socket.socket:
     """One socket listening on the first address `host` names (`reuse_port`: for a SO_REUSEPORT group)."""
     family, kind, proto, address = _addresses(host, port)[0]
-    return _bound(host, port, family, kind, proto, address, reuse_port=reuse_port)
+    return _bound(host, port, family, kind, proto, address, reuse_port=reuse_port, flag=flag)
 
 
 def _addresses(host: str, port: int) -> list[tuple[int, int, int, Any]]:
@@ -105,6 +120,7 @@ def _bound(
     address: Any,
     reuse_port: bool = False,
     v6only: bool = False,
+    flag: str = "--port",
 ) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     try:
@@ -120,18 +136,23 @@ def _bound(
         sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise CannotListen(
-                f"{host}:{port} is already in use (another process listens there): stop it or choose another --port"
+                f"{host}:{port} is already in use (another process listens there): stop it or choose another {flag}"
             ) from None
         raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
 
 
-def announce(sockets: list[socket.socket]) -> None:
-    """Where the server listens (uvicorn says it only when it binds the address itself)."""
+def announce(sockets: list[socket.socket], port_envs: dict[int, str] | None = None) -> None:
+    """Where the server listens (uvicorn says it only when it binds the address itself), and which environment
+    each environment port (`--env-port`) serves by default."""
     for sock in sockets:
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        logging.getLogger("ors_server").info("serving on http://%s:%d (press CTRL+C to quit)", shown, port)
+        env = (port_envs or {}).get(port)
+        if env is None:
+            logging.getLogger("ors_server").info("serving on http://%s:%d (press CTRL+C to quit)", shown, port)
+        else:
+            logging.getLogger("ors_server").info("serving %s on http://%s:%d, its own port", env, shown, port)
 
 
 WS_PING_INTERVAL = 20.0

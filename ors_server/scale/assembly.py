@@ -44,6 +44,7 @@ def build_front(
         name=name,
         on_placed=on_placed,
         on_revoked=on_revoked,
+        port_envs=settings.port_envs,  # it listens on them (`server.listen_all`), and tells the workers
     )
 
 

@@ -26,6 +26,7 @@ import websockets
 from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection
 
+from ors_server.http.env_ports import relayed_headers
 from ors_server.http.guards import HeaderChecks, refuse_websocket
 from ors_server.http.lookup import KEY_HEADER, LOAD_HEADER, LOOKUP_PATH, parse_load
 from ors_server.ids import WorkerTag, split
@@ -75,6 +76,7 @@ class Front:
         directory_size: int = DEFAULT_SIZE,
         on_placed: Callable[[str, WorkerTag], None] | None = None,
         on_revoked: Callable[[bytes], None] | None = None,
+        port_envs: dict[int, str] | None = None,
     ) -> None:
         self.table = table
         self.directory = Directory(directory_size)
@@ -89,8 +91,12 @@ class Front:
         self.upstreams: dict[Any, Upstream] = {}
         self._pruned_at = table.version
         self.outcomes: Counter[tuple[str, str]] = Counter()
+        self.port_envs = port_envs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.port_envs and scope["type"] != "lifespan":
+            # The workers do not listen on the environments' ports: they learn the port's environment from us.
+            scope["headers"] = relayed_headers(scope, self.port_envs)
         if scope["type"] == "http":
             await self.http(scope, receive, send)
         elif scope["type"] == "websocket":

@@ -114,7 +114,7 @@ def main() -> None:
     supervised.directory = front.directory
     supervised.checks = front.checks
     server = supervised.server = UvicornServer(front_config(front, settings))
-    server.run(sockets=[socket.socket(fileno=loaded["listen_fd"])])
+    server.run(sockets=[socket.socket(fileno=fd) for fd in loaded["listen_fds"]])
 
 
 if __name__ == "__main__":

@@ -56,16 +56,16 @@ def loop_time() -> float:
 STEADY = 10.0  # a front that ran this long before exiting restarts at once, with no backoff
 
 
-def listeners(host: str, port: int, count: int) -> list[socket.socket]:
+def listeners(host: str, port: int, count: int, flag: str = "--port") -> list[socket.socket]:
     """`count` listening sockets on one address, in one SO_REUSEPORT group (port 0: the first one's port).
 
     A plain bind first: an address in use, even by another SO_REUSEPORT group of ours, is refused (CannotListen)
     instead of silently shared with that other deployment."""
-    bind(host, port).close()
+    bind(host, port, flag=flag).close()
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
-            sock = bind(host, port, reuse_port=True)
+            sock = bind(host, port, reuse_port=True, flag=flag)
             sockets.append(sock)
             port = sock.getsockname()[1]  # the port chosen for the first, when 0 was asked for
     except BaseException:
@@ -75,11 +75,26 @@ def listeners(host: str, port: int, count: int) -> list[socket.socket]:
     return sockets
 
 
+def front_listeners(settings: Settings, count: int) -> list[list[socket.socket]]:
+    """For each of `count` fronts, its sockets: one of the port's SO_REUSEPORT group, then one of each environment
+    port's (`--env-port`)."""
+    groups: list[list[socket.socket]] = []
+    try:
+        groups.append(listeners(settings.host, settings.port, count))
+        for port, name in settings.port_envs.items():
+            groups.append(listeners(settings.host, port, count, flag=f"--env-port {name}=PORT"))
+    except BaseException:
+        for sock in (sock for group in groups for sock in group):
+            sock.close()
+        raise
+    return [list(sockets) for sockets in zip(*groups, strict=True)]
+
+
 class FrontGroup:
-    """The front processes of a deployment, one per listening socket; each restarted when it exits."""
+    """The front processes of a deployment, one per set of listening sockets; each restarted when it exits."""
 
     def __init__(
-        self, envs: Sequence[str], settings: Settings, table: WorkerTable, sockets: list[socket.socket]
+        self, envs: Sequence[str], settings: Settings, table: WorkerTable, sockets: list[list[socket.socket]]
     ) -> None:
         self.envs, self.settings, self.table, self.sockets = list(envs), settings, table, sockets
         self.processes: dict[int, asyncio.subprocess.Process] = {}
@@ -100,14 +115,14 @@ class FrontGroup:
 
     async def _spawn(self, index: int) -> asyncio.subprocess.Process:
         ours, theirs = socket.socketpair()
-        listener = self.sockets[index]
+        listening = self.sockets[index]
         spec = {
             "envs": self.envs,
             "app_dir": os.getcwd(),
             "settings": self.settings.to_json(),
             "workers": self.table.size,
             "index": index,
-            "listen_fd": listener.fileno(),
+            "listen_fds": [sock.fileno() for sock in listening],
             "control_fd": theirs.fileno(),
         }
         env = {**os.environ, front_process.SPEC_VARIABLE: json.dumps(spec)}
@@ -121,7 +136,7 @@ class FrontGroup:
                 "ors_server.scale.front_process",
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
-                pass_fds=(listener.fileno(), theirs.fileno()),
+                pass_fds=(*(sock.fileno() for sock in listening), theirs.fileno()),
                 start_new_session=True,
             )
         finally:
@@ -130,7 +145,8 @@ class FrontGroup:
         self.processes[index], self.channels[index] = process, writer
         writer.write(self._message())
         self._tasks.append(asyncio.ensure_future(self._listen(index, reader)))
-        logger.info("front %d (pid %d) accepting on %s", index, process.pid, listener.getsockname())
+        shown = ", ".join(str(sock.getsockname()) for sock in listening)
+        logger.info("front %d (pid %d) accepting on %s", index, process.pid, shown)
         return process
 
     async def _listen(self, index: int, reader: asyncio.StreamReader) -> None:
@@ -192,11 +208,12 @@ class FrontGroup:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for sock in self.sockets:
-            sock.close()
+        for listening in self.sockets:
+            for sock in listening:
+                sock.close()
 
 
-async def _supervise(envs: Sequence[str], settings: Settings, count: int, sockets: list[socket.socket]) -> None:
+async def _supervise(envs: Sequence[str], settings: Settings, count: int, sockets: list[list[socket.socket]]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -220,6 +237,6 @@ async def _supervise(envs: Sequence[str], settings: Settings, count: int, socket
 
 def serve(envs: Sequence[str], settings: Settings, count: int, fronts: int) -> None:
     """Serve `envs` from `count` worker processes behind `fronts` front processes sharing the port."""
-    sockets = listeners(settings.host, settings.port, fronts)
+    sockets = front_listeners(settings, fronts)
     configure_logging(settings.log_level)
     asyncio.run(_supervise(envs, settings, count, sockets))

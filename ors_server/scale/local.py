@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from ors_server.http.server import UvicornServer, announce, configure_logging, listen
+from ors_server.http.server import UvicornServer, announce, configure_logging, listen_all
 from ors_server.ids import WorkerTag
 from ors_server.scale import worker as worker_main
 from ors_server.scale.assembly import build_front, front_config
@@ -164,11 +164,11 @@ class LocalWorkers:
 def serve(envs: Sequence[str], settings: Settings, count: int) -> None:
     """Serve `envs` from `count` worker processes behind one front, in this process, on
     `settings.host:settings.port` (`scale.fronts` serves several fronts)."""
-    sockets = listen(settings.host, settings.port)  # before any worker starts: an address in use is one line
+    sockets = listen_all(settings)  # before any worker starts: an address in use is one line
     configure_logging(settings.log_level)
     table = WorkerTable(count)
     workers = LocalWorkers(envs, settings, table)
     front = build_front(settings, table, lifespan=workers.run, on_unreachable=workers.unreachable)
-    announce(sockets)
+    announce(sockets, settings.port_envs)
     # A shutdown signal drains the workers first, then the front's own connections close as their replies finish.
     UvicornServer(front_config(front, settings), on_exit=workers.drain).run(sockets=sockets)

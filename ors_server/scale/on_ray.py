@@ -23,7 +23,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ors_server.http.server import UvicornServer, announce, configure_logging, listen, uvicorn_config
+from ors_server.http.server import UvicornServer, announce, configure_logging, listen_all, uvicorn_config
 from ors_server.ids import WorkerTag
 from ors_server.loading import LoadError, resolve_environments
 from ors_server.scale.assembly import build_front, front_config
@@ -312,7 +312,7 @@ def serve(
 
     `runtime_env` (Ray's: `working_dir`, `py_modules`, `pip`, ...) is the job's, so the controller and every
     worker it starts run in it: that is how a `module:Class` environment reaches the other nodes."""
-    sockets = listen(settings.host, settings.port)  # before Ray starts: an address in use is one line
+    sockets = listen_all(settings)  # before Ray starts: an address in use is one line
     configure_logging(settings.log_level)
     try:
         ray.init(
@@ -331,7 +331,7 @@ def serve(
         membership = RayMembership(controller, table)
         front = build_front(settings, table, lifespan=membership.run, on_unreachable=membership.unreachable)
         membership.front = front
-        announce(sockets)
+        announce(sockets, settings.port_envs)
 
         def detach() -> None:
             # A shutdown signal detaches this front first: the last one drains the workers while fronts relay.

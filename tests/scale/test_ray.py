@@ -58,6 +58,7 @@ class RayDeployment:
     cluster: Any
     worker_node: Any
     project: Path  # the front's working directory: the module shipped to the nodes
+    guess_url: str  # guessing:Guess's own port (`--env-port`), where requests that name no environment mean it
 
 
 def ray_pids(cluster: Any) -> list[int]:
@@ -77,13 +78,14 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
         worker_node = cluster.add_node(**NODE)
         cluster.wait_for_nodes()
         pids = ray_pids(cluster)
-        port = free_port()
+        port, guess_port = free_port(), free_port()
         log = tmp_path_factory.mktemp("ray") / "front.log"
         # A user's own environment module, shipped to the nodes as the README shows: the working directory.
         project = tmp_path_factory.mktemp("project")
         (project / "guessing.py").write_text(SHIPPED_GUESS)
         command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--workers", "2"]
         command += ["--ray", cluster.address, "--env", COUNTER, "--env", "guessing:Guess", "--log-level", "warning"]
+        command += ["--env-port", f"guess={guess_port}"]
         command += ["--ray-runtime-env", json.dumps({"working_dir": ".", "env_vars": {"GUESS_SHIPPED": "1"}})]
         with log.open("wb") as output:
             driver = {**os.environ, "GUESS_SHIPPED": "1"}
@@ -93,7 +95,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
             # Its workers are Ray actors, started after the cluster's own processes: on a machine busy with the
             # rest of the suite (pytest-xdist workers) that takes longer than a local deployment's bound.
             wait_healthy(front, within=RAY_START_TIMEOUT)
-            yield RayDeployment(front, cluster, worker_node, project)
+            yield RayDeployment(front, cluster, worker_node, project, f"http://127.0.0.1:{guess_port}")
         finally:
             stop(process)
     finally:
@@ -206,6 +208,21 @@ async def test_an_environment_module_reaches_every_worker_through_the_runtime_en
             assert created.status_code == 200
             result = await sse_call(http, sid, "guess", {"guess": 3})
             rewards[placed] = result["output"]["reward"]
+    assert rewards == {0: 1.0, 1: 1.0}
+
+
+async def test_the_ray_front_listens_on_an_environment_port_and_its_workers_serve_that_environment(deployed):
+    async with httpx.AsyncClient(base_url=deployed.guess_url, timeout=60) as http:
+        tools = (await http.get("/tools")).json()["tools"]  # bare: guess, not the first environment (counter)
+        assert [tool["name"] for tool in tools] == ["guess"]
+        rewards: dict[int, float] = {}
+        while len(rewards) < 2:
+            sid = (await http.post("/create_session")).json()["sid"]
+            created, placed = await made_on(
+                http, http.post("/create", json={"split": "train", "index": 0}, headers=key(sid))
+            )
+            assert created.status_code == 200, created.text
+            rewards[placed] = (await sse_call(http, sid, "guess", {"guess": 3}))["output"]["reward"]
     assert rewards == {0: 1.0, 1: 1.0}
 
 

@@ -37,7 +37,7 @@ from ors_server.errors import (
     SessionNotFound,
     TooManyTransports,
 )
-from ors_server.faces import Core, Face, wirejson
+from ors_server.faces import Core, Face, env_of, wirejson
 from ors_server.faces.mcp.naming import names_session
 from ors_server.faces.mcp.plain_call import answer, negotiated_version, plain_call
 from ors_server.faces.mcp.transport import (
@@ -479,7 +479,9 @@ class McpFace:
 
     def _path_env(self, ctx: ServerRequestContext[Any, Any]) -> type[Environment]:
         request = ctx.request
-        return self.registry.get(request.path_params.get("env") if request is not None else None)
+        if request is None:
+            return self.registry.get(None)
+        return env_of(self.registry, request.scope, request.path_params.get("env"))
 
     async def _discover(self, ctx: ServerRequestContext[Any, Any], params: types.RequestParams) -> types.DiscoverResult:
         """`server/discover`: 2026-07-28 where the request names an episode (its URL or `X-Session-ID`), else only

@@ -17,7 +17,7 @@ from ors_server.errors import (
     Refused,
     Unavailable,
 )
-from ors_server.faces import wirejson
+from ors_server.faces import env_of, wirejson
 from ors_server.faces.mcp.wire import SESSION_HEADER, rpc_error
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class Endpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         send = json_errors(scope, send)
         try:
-            env_cls = self.face.registry.get(scope.get("path_params", {}).get("env"))
+            env_cls = env_of(self.face.registry, scope, scope.get("path_params", {}).get("env"))
             transport_id = Headers(scope=scope).get(SESSION_HEADER)
             if scope["method"] == "POST" and transport_id is None:
                 await self.face.open(scope, receive, send, env_cls)

@@ -76,11 +76,11 @@ class StatelessHttp:
         self.face = face
 
     async def health(self, request: Request) -> Response:
-        self.face.env_of(request.path_params.get("env"))
+        self.face.env_of(request.scope, request.path_params.get("env"))
         return JSONResponse({"status": "healthy"})
 
     async def metadata(self, request: Request) -> Response:
-        env_cls = self.face.env_of(request.path_params.get("env"))
+        env_cls = self.face.env_of(request.scope, request.path_params.get("env"))
         hosted = described(env_cls)
         if hosted is not None and "metadata" in hosted:
             return JSONResponse(hosted["metadata"])  # the class's own get_metadata()
@@ -97,14 +97,14 @@ class StatelessHttp:
         )
 
     async def schema(self, request: Request) -> Response:
-        env_cls = self.face.env_of(request.path_params.get("env"))
+        env_cls = self.face.env_of(request.scope, request.path_params.get("env"))
         hosted = described(env_cls)
         if hosted is not None and "schema" in hosted:
             return JSONResponse(hosted["schema"])  # the class's action, observation and state models
         return JSONResponse(_schemas(env_cls))
 
     async def openapi(self, request: Request) -> Response:
-        env_cls = self.face.env_of(request.path_params.get("env"))
+        env_cls = self.face.env_of(request.scope, request.path_params.get("env"))
         paths = {
             path: {method: {"summary": summary, "responses": {"200": {"description": "OK"}}}}
             for path, (method, summary) in _OPERATIONS.items()
@@ -114,7 +114,7 @@ class StatelessHttp:
 
     async def reset(self, request: Request) -> Response:
         face = self.face
-        env_cls = face.env_of(request.path_params.get("env"))
+        env_cls = face.env_of(request.scope, request.path_params.get("env"))
         body: ResetRequest = await read_body(request, ResetRequest, empty_ok=True)
         if described(env_cls) is not None:
             kwargs = body.model_dump(exclude_unset=True)
@@ -133,7 +133,7 @@ class StatelessHttp:
 
     async def step(self, request: Request) -> Response:
         face = self.face
-        env_cls = face.env_of(request.path_params.get("env"))
+        env_cls = face.env_of(request.scope, request.path_params.get("env"))
         body: StepRequest = await read_body(request, StepRequest)
         try:
             action = parse_action(env_cls, body.action)
@@ -150,7 +150,7 @@ class StatelessHttp:
         return JSONResponse({"metadata": None, **(await _http_of(face.one_off(env_cls, call)))})
 
     async def state(self, request: Request) -> Response:
-        self.face.env_of(request.path_params.get("env"))
+        self.face.env_of(request.scope, request.path_params.get("env"))
         return JSONResponse({"episode_id": None, "step_count": 0})
 
 

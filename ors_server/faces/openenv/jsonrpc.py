@@ -47,7 +47,7 @@ class JsonRpc:
 
     async def endpoint(self, request: Request) -> Response:
         path_env = request.path_params.get("env")
-        env_cls = self.face.env_of(path_env)
+        env_cls = self.face.env_of(request.scope, path_env)
         labels = parse_labels(request.headers.get(LABELS_HEADER))
         raw = await request.body()
         try:

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from starlette.types import Scope
 
 from ors_server import ids
 from ors_server.calls import Calls
 from ors_server.environment import Environment
 from ors_server.episode import State
 from ors_server.errors import BadRequest, NotFound, OrsError, SessionDeleted
+from ors_server.faces import env_of
 from ors_server.faces.openenv.wire import CREATED_BY, FrameError, ResetRequest, unknown_session
 from ors_server.registry import Registry
 from ors_server.sessions import Session, SessionStore
@@ -64,8 +66,8 @@ class OpenEnvFace:
         # Behind a front, the id names this worker, so the front routes `?session_id=` and ORS requests to it.
         return ids.mint(self.settings.worker_tag)
 
-    def env_of(self, env_name: str | None) -> type[Environment]:
-        return self.registry.get(env_name)
+    def env_of(self, scope: Scope, env_name: str | None) -> type[Environment]:
+        return env_of(self.registry, scope, env_name)
 
     async def open_socket(
         self,

@@ -50,7 +50,7 @@ class SocketChannel:
         face = self.face
         path_env = websocket.path_params.get("env")
         try:
-            env_cls = face.env_of(path_env)
+            env_cls = face.env_of(websocket.scope, path_env)
             labels = parse_labels(websocket.headers.get(LABELS_HEADER))
         except (EnvironmentNotFound, BadRequest) as exc:
             await deny_websocket(websocket.scope, websocket.receive, websocket.send, render_error(exc))
