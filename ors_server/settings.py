@@ -503,6 +503,28 @@ def read_key_file(path: str) -> str:
     return key
 
 
+def _env_ports(entries: tuple[str, ...], main_port: int) -> dict[int, str]:
+    """`env_ports` entries as {port: environment name}; ValueError naming the entry that is not NAME=PORT with a
+    port of its own (1..65535, not the main one, not given twice) and an environment named once."""
+    found: dict[int, str] = {}
+    for entry in entries:
+        name, sep, port_text = entry.rpartition("=")
+        name = name.strip()
+        if not (sep and name and port_text.strip().isdigit()):
+            raise ValueError(f"env_ports entries must be NAME=PORT, got {entry!r}")
+        port = int(port_text)
+        if not 1 <= port <= 65535:
+            raise ValueError(f"env_ports: the port of {entry!r} must be in 1..65535")
+        if port == main_port:
+            raise ValueError(f"env_ports: {entry!r} gives the main port ({main_port}) to '{name}'")
+        if port in found:
+            raise ValueError(f"env_ports: port {port} is given twice ('{found[port]}' and '{name}')")
+        if name.lower() in (known.lower() for known in found.values()):
+            raise ValueError(f"env_ports: '{name}' is given two ports")
+        found[port] = name
+    return found
+
+
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "positive": (lambda v: v > 0, "must be positive"),
     "at_least_1": (lambda v: v >= 1, "must be at least 1"),
@@ -535,29 +557,12 @@ class Settings(Scale, Records, Containers, Sandbox, Network, Hosts, Pools, Limit
                 raise ValueError(f"harbor_image entries must be FROM=LOCAL, got {entry!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port!r}")
-        self.port_envs  # noqa: B018 (checks the entries)
+        _env_ports(self.env_ports, self.port)
 
     @property
     def port_envs(self) -> dict[int, str]:
-        """`env_ports` as {port: environment name}; ValueError naming the entry that is not NAME=PORT with a port
-        of its own (1..65535, not `port`, not given twice) and an environment named once."""
-        found: dict[int, str] = {}
-        for entry in self.env_ports:
-            name, sep, port_text = entry.rpartition("=")
-            name = name.strip()
-            if not (sep and name and port_text.strip().isdigit()):
-                raise ValueError(f"env_ports entries must be NAME=PORT, got {entry!r}")
-            port = int(port_text)
-            if not 1 <= port <= 65535:
-                raise ValueError(f"env_ports: the port of {entry!r} must be in 1..65535")
-            if port == self.port:
-                raise ValueError(f"env_ports: {entry!r} gives the main port ({self.port}) to '{name}'")
-            if port in found:
-                raise ValueError(f"env_ports: port {port} is given twice ('{found[port]}' and '{name}')")
-            if name.lower() in (known.lower() for known in found.values()):
-                raise ValueError(f"env_ports: '{name}' is given two ports")
-            found[port] = name
-        return found
+        """`env_ports` as {port: environment name}."""
+        return _env_ports(self.env_ports, self.port)
 
     def to_json(self) -> dict[str, Any]:
         """The settings as JSON values for another process of the deployment, without the API key (it travels in
