@@ -36,6 +36,13 @@ def test_the_session_store_keeps_to_ids_admission_and_lifecycle_within_650_lines
     assert _lines(ROOT / "ors_server" / "sessions.py") <= 650
 
 
+def test_each_module_of_the_mcp_face_stays_within_400_lines() -> None:
+    # The face is split as the SDK is layered (transport, session binding, handlers; docs/architecture.md), one
+    # concept a module (issue 33, item 8): a module past this is mixing layers again.
+    sizes = {path.name: _lines(path) for path in sorted((ROOT / "ors_server" / "faces" / "mcp").glob("*.py"))}
+    assert {name: size for name, size in sizes.items() if size > 400} == {}, sizes
+
+
 def test_no_folder_inside_tests_is_on_sys_path() -> None:
     tests = ROOT / "tests"
     on_path = [entry for entry in sys.path if entry and Path(entry).resolve().is_relative_to(tests)]

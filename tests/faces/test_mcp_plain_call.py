@@ -10,8 +10,8 @@ import anyio
 import httpx
 import pytest
 
-from ors_server.faces.mcp import McpFace
-from ors_server.faces.mcp import sessions as mcp_face
+from ors_server.faces.mcp import plain_call
+from ors_server.faces.mcp.plain_call import PlainCalls
 from tests.faces.mcp_helpers import ACCEPT, Counter, call, raw_initialize, server
 
 pytestmark = pytest.mark.anyio
@@ -66,17 +66,17 @@ async def transcript(version: str, answered_plainly: list[int]) -> list[tuple[in
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_plain_calls_are_answered_byte_for_byte_as_the_sdk_answers_them(version, monkeypatch):
     answered: list[int] = []
-    original = mcp_face.answer
+    original = plain_call.answer
 
     def counted(*args: Any) -> Any:
         answered.append(1)
         return original(*args)
 
-    monkeypatch.setattr(mcp_face, "answer", counted)
-    monkeypatch.setattr(McpFace, "answers_plain_calls", False)
+    monkeypatch.setattr(plain_call, "answer", counted)
+    monkeypatch.setattr(PlainCalls, "answered", False)
     by_sdk = await transcript(version, answered)
     assert not answered
-    monkeypatch.setattr(McpFace, "answers_plain_calls", True)
+    monkeypatch.setattr(PlainCalls, "answered", True)
     by_face = await transcript(version, answered)
     assert by_face == by_sdk
     # The fast path answered every plain call, and nothing else.

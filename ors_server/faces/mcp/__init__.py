@@ -57,14 +57,18 @@ Results
     full store) are 4xx/503 with a JSON-RPC error body.
 
 Layers (as the SDK's: transport, session, handlers)
-    transport.py    the raw ASGI endpoint and the plumbing around the SDK's streamable HTTP transport
-    naming.py       how a request names its session, as a scale-out front reads it (`Face.names_session`)
-    sessions.py     `McpFace`: binding transports to sessions of the store, and the SDK's request handlers
+    transport.py    the SDK's session managers, the raw ASGI endpoint, and each request's way to them: bodies
+                    read and replayed, refusals as JSON-RPC errors, a bound transport's requests counted
+    binding.py      session binding: which episode each request or protocol session plays, in both eras
+    handlers.py     the SDK `Server`'s handlers: discovery, tools/list, tools/call with progress, the task prompt
+                    and resource, the `initialize` instructions
     plain_call.py   a plain 2025-era `tools/call` answered without the SDK's transport
+    naming.py       how a request names its session, as a scale-out front reads it (`Face.names_session`)
     wire.py         tool lists, call results, the task prompt and resource, JSON-RPC errors
+    face.py         `McpFace`: the above put together, and the face's declaration
 """
 
-from ors_server.faces.mcp.sessions import McpFace, face, shape
+from ors_server.faces.mcp.face import McpFace, face, shape
 from ors_server.faces.mcp.transport import routes
 from ors_server.faces.mcp.wire import render, render_error, rpc_error
 

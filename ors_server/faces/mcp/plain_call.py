@@ -18,15 +18,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import pydantic_core
 from mcp import types
 from mcp.server.streamable_http import check_accept_headers
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types import JSONRPCRequest, JSONRPCResponse, RequestId, jsonrpc_message_adapter
 from mcp_types import methods as sdk_methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ors_server.faces.mcp.binding import Binding, Bindings, deleted_while_running
+from ors_server.faces.mcp.handlers import Handlers
+from ors_server.faces.mcp.wire import rpc_error
+from ors_server.ids import WorkerTag, split
+from ors_server.internals import hold_idle, sdk_transport
 
 VERSION_HEADER = "mcp-protocol-version"
 
@@ -87,3 +96,50 @@ def negotiated_version(initialize_reply: bytes) -> str | None:
     except (ValueError, KeyError, TypeError):
         return None
     return version if isinstance(version, str) else None
+
+
+class PlainCalls:
+    """The answerer of plain calls on the transports of one session manager (the face's JSON one)."""
+
+    answered = True
+    """Answer plain calls here at all (off: the SDK answers every request; the tests compare the two)."""
+
+    def __init__(
+        self, manager: StreamableHTTPSessionManager, tag: WorkerTag | None, handlers: Handlers, bindings: Bindings
+    ) -> None:
+        self.manager, self.tag, self.handlers, self.bindings = manager, tag, handlers, bindings
+
+    def answerer(self, scope: Scope, body: bytes, binding: Binding, transport_id: str) -> ASGIApp | None:
+        """An answerer for `body` if it is a plain `tools/call` of this live transport, else None (the SDK's)."""
+        if not self.answered:
+            return None
+        call = plain_call(Request(scope), body, binding.version)
+        if call is None:
+            return None
+        found = split(transport_id) if self.tag is not None else None
+        sdk_id = found[1] if found is not None and found[0] == self.tag else transport_id
+        sdk = sdk_transport(self.manager, sdk_id)
+        if sdk is None or sdk.is_terminated or (sdk.idle_scope is not None and sdk.idle_scope.cancel_called):
+            return None
+        handlers, bindings = self.handlers, self.bindings
+
+        async def answerer(scope: Scope, receive: Receive, send: Send) -> None:
+            shown = binding.session.redact(call.params.name)
+            scope.setdefault("state", {})["tool"] = shown  # for the access log
+            result = None
+            with hold_idle(sdk), anyio.CancelScope() as waiting:
+                binding.plain_calls.add(
+                    waiting
+                )  # `Bindings.close` cancels it, as the SDK ends its requests at a DELETE
+                try:
+                    result = await handlers.tool_result(
+                        call.params, shown, lambda: bindings.bound_session(binding), handlers.runner(call.params)
+                    )
+                finally:
+                    binding.plain_calls.discard(waiting)
+            if result is None:
+                await rpc_error(deleted_while_running(), call.request_id)(scope, receive, send)
+            else:
+                await answer(call, result, transport_id)(scope, receive, send)
+
+        return answerer
