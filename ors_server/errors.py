@@ -28,7 +28,7 @@
     └── ReadFailed               the environment raised while the store read its prompt or first observation (500)
 
 Expected tool outcomes (unknown tool, bad input, finished episode) are not exceptions: they are
-`ToolRejected` results of the call pipeline (see `sessions.py`).
+`ToolRejected` results of the call pipeline (see `calls.py`).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@
 
 `servers` holds what an author declares (`StdioServer`, `HttpServer`); `toolbox` one episode's open
 connections; `catalogue` the namespaced tools of each class (`<server>__<tool>`), listed once and cached;
-`results` the translation of a server's `CallToolResult` into `ToolOutput` blocks. The session store
-(`sessions.py`) opens an episode's toolbox before `setup()`, closes it after `teardown()`, and runs composed
-tool calls through its one call pipeline.
+`results` the translation of a server's `CallToolResult` into `ToolOutput` blocks. Building an episode opens its
+toolbox before `setup()` and tearing it down closes it after `teardown()` (`runtime/instances.py`, run by the
+session store); composed tool calls go through the one call pipeline (`calls.py`).
 """
 
 from ors_server.compose.servers import HttpServer, StdioServer, ToolServer
