@@ -138,6 +138,11 @@ async def tool_calls(session: ClientSession, moves: int) -> None:
         assert not result.is_error, result
 
 
+async def empty_step(session: ClientSession, moves: int) -> None:
+    """The same step with no move: what a step costs apart from its moves (subtracted for the in-step move)."""
+    await one_step(session, 0)
+
+
 async def one_step(session: ClientSession, moves: int) -> None:
     code = f"for i in range({moves}):\n    lake_move(action={MOVES!r}[i % 2])\nprint('done')"
     result = await session.call_tool("execute_code", {"code": code})
@@ -178,16 +183,17 @@ async def measure(url: str, unpooled_url: str, args: argparse.Namespace) -> None
     await fresh_round(unpooled_url, one_step, args)
     await fresh_round(url, tool_calls, args)
     await fresh_connections_round(url, args)
-    fresh, kept, pooled, unpooled, first, raw = [], [], [], [], [], []
+    fresh, kept, pooled, unpooled, first, raw, empty = [], [], [], [], [], [], []
     for _ in range(args.rounds):
         fresh.append(await fresh_connections_round(url, args))
         kept.append(await fresh_round(url, tool_calls, args))
         pooled.append(await fresh_round(url, one_step, args))
+        empty.append(await fresh_round(url, empty_step, args))
         unpooled.append(await fresh_round(unpooled_url, one_step, args))
         first.append(await fresh_round(url, one_step, args, settle=False))
         raw.append(await fresh_connections_round(url, args, fresh_connection_step))
     rounds = [("fresh", fresh), ("kept", kept), ("pooled", pooled), ("unpooled", unpooled), ("first", first)]
-    rounds.append(("raw", raw))
+    rounds += [("raw", raw), ("empty", empty)]
     m = {name: statistics.median(v) for name, v in rounds}
     sandbox = os.environ.get("ORS_CODEACT_SANDBOX") or "bwrap"
     print(
@@ -202,6 +208,14 @@ async def measure(url: str, unpooled_url: str, args: argparse.Namespace) -> None
         f"  the pooled step as a session's first call: {m['first'] * 1000:8.1f} ms per round  (+ the SDK's tools/list)"
     )
     print(f"  the pooled step sent as the baseline sends: {m['raw'] * 1000:7.1f} ms per round  (httpx, new connection)")
+    # The in-step move: (the step with its moves - the same step with none) / moves, wall time; each move is a
+    # round trip over the step's pipe and one pass through the call pipeline (bench/inprocess.py prices a call).
+    per_move = [(p - e) / args.moves for p, e in zip(pooled, empty, strict=True)] if args.moves else [0.0]
+    print(f"  1 execute_code step with no move         : {m['empty'] * 1000:8.1f} ms per round")
+    print(
+        f"  one in-step move ((step - empty step) / {args.moves}): {statistics.median(per_move) * 1e6:6.0f} µs "
+        f"({min(per_move) * 1e6:.0f}-{max(per_move) * 1e6:.0f}), wall"
+    )
     print(f"  ratio new-connection calls / pooled step : {m['fresh'] / m['pooled']:8.2f}x  (goal >= 5x)")
     print(f"  the same, both sent by the same client   : {m['fresh'] / m['raw']:8.2f}x")
     print(f"  ratio kept-connection calls / pooled step: {m['kept'] / m['pooled']:8.2f}x")

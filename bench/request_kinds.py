@@ -1,5 +1,7 @@
 """CPU µs per request of each kind, through the ASGI app (no sockets): an ORS math episode and an Eval Protocol
-FrozenLake step (MCP tools/call, control reward and status, a reset when an episode ends).
+FrozenLake step (MCP tools/call, control reward and status, a reset when an episode ends), and, interleaved with
+the step's plain 2025 `tools/call`, the same move as a 2026-07-28 `tools/call` (no protocol session; the episode
+named by `X-Session-ID`).
 
     python bench/request_kinds.py [--no-episodes] [--profile cumulative|tottime]
 
@@ -143,6 +145,30 @@ async def ep_step(app, sid, hd, n, act):
         )
 
 
+CURRENT_ERA = "2026-07-28"
+
+
+async def current_era_setup(app) -> dict[str, str]:
+    """An episode made by ORS `/create` and named by `X-Session-ID`: what a 2026-07-28 request (no handshake, no
+    protocol session) drives."""
+    sid = uuid.uuid4().hex
+    body = json.dumps({"env_name": "frozen_lake", "task_spec": {"seed": 7}}).encode()
+    await req(app, "POST", "/create", body, {"x-session-id": sid, **J}, "create (2026-07-28)")
+    accept = {"accept": "application/json, text/event-stream", **J}
+    return {**accept, "mcp-protocol-version": CURRENT_ERA, "mcp-method": "tools/call", "mcp-name": "lake_move",
+            "x-session-id": sid}  # fmt: skip
+
+
+async def current_era_call(app, hd, n, act):
+    """A 2026-07-28 `tools/call`, as the `mcp` client's `mode="2026-07-28"` sends one: self-contained, its era in
+    `_meta`, the routing headers mirrored."""
+    meta = {"io.modelcontextprotocol/protocolVersion": CURRENT_ERA, "io.modelcontextprotocol/clientCapabilities": {}}
+    params = {"name": "lake_move", "arguments": {"action": act}, "_meta": meta}
+    body = json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}).encode()
+    r = await req(app, "POST", "/frozen_lake/mcp", body, hd, "mcp tools/call 2026-07-28")
+    assert b'"isError":false' in r["body"], r
+
+
 async def main():
     logging.getLogger("ors_server").setLevel(logging.WARNING)
     envs = resolve_environments(["math", "frozen_lake"])
@@ -154,6 +180,9 @@ async def main():
         sid, hd = await ep_setup(app, 0)
         for i in range(100):
             await ep_step(app, sid, hd, i + 1, "LEFT")
+        current = await current_era_setup(app)
+        for i in range(50):
+            await current_era_call(app, current, i + 1, "LEFT")
         cost.clear()
         count.clear()
         if prof:
@@ -163,6 +192,9 @@ async def main():
                 await episode(app)
         for i in range(1500):
             await ep_step(app, sid, hd, i + 200, ["LEFT", "UP"][i % 2])
+            if i % 50 == 0:  # a new episode before FrozenLake's step limit ends this one
+                current = await current_era_setup(app)
+            await current_era_call(app, current, i + 200, ["LEFT", "UP"][i % 2])  # interleaved with the 2025 call
         if prof:
             prof.disable()
     for k in cost:

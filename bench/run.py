@@ -5,8 +5,9 @@ contenders are interleaved round by round (A B A B ...), and the table shows med
 reference servers run from their own venvs under `bench/.venvs/`, built on first use.
 
 Workloads:
-  a  ORS call path: 8 sessions calling a never-ending counter tool (ours, reference, bare-Starlette ceiling, and
-     the stack's floor: a pure ASGI app on the same uvicorn answering the same bytes), from a minimal raw-HTTP
+  a  ORS call path: 8 sessions calling a never-ending counter tool (ours, reference, bare-Starlette ceiling, the
+     same route answering with sse-starlette (`sse-route`, issue 37's rate baseline), and the stack's floor: a
+     pure ASGI app on the same uvicorn answering the same bytes), from a minimal raw-HTTP
      load client: what the servers themselves cost (compare their CPU per call: `server_cpu_us`)
   u  the same call path as a user's client sees it: 8 sessions of `ors-client`, and of `openreward`'s async client,
      each from its own venv (bench/client_load.py), against ours and the ceiling
@@ -373,6 +374,8 @@ def plan(workload: str, contender: str, args: argparse.Namespace) -> tuple[int, 
     match workload, contender:
         case "a", "ceiling" | "asgi":
             return args.workers, no_setup, counter_call("/counter/call")
+        case "a", "sse-route":
+            return args.workers, no_setup, counter_call("/sse/call")
         case "a" | "s" | "k", "ours" | "reference" | "ours-off":
             return args.workers, counter_setup, counter_call("/counter/call")
         case "s", "ours-async":
@@ -498,7 +501,7 @@ def memory(port: int, pid: int, args: argparse.Namespace) -> Sample:
 
 RESPONSE_CLASS_PATHS = {"plain": "/counter/call", "streaming": "/stream/call", "sse-starlette": "/sse/call"}
 CONTENDERS = {
-    "a": ["ours", "reference", "ceiling", "asgi"],
+    "a": ["ours", "reference", "ceiling", "asgi", "sse-route"],
     "u": ["ours+ors-client", "ceiling+ors-client", "ours+openreward", "ceiling+openreward"],
     "b": ["ours", "reference"],
     "c": ["ours", "eval-protocol"],
@@ -524,7 +527,8 @@ TITLES = {
     "l": "whole ORS episodes with episode records (SQLite) vs records off (episodes/s)",
 }
 # The goals of issue 21 (a's against the ceiling as a user's client sees it: u).
-RATIOS = {"a": [("ours", "ceiling", None), ("ours", "reference", None)], "b": [("ours", "reference", 6.0)]}
+RATIOS = {"a": [("ours", "sse-route", 1.0), ("ours", "ceiling", None), ("ours", "reference", None)]}
+RATIOS["b"] = [("ours", "reference", 6.0)]
 RATIOS["u"] = [("ours+ors-client", "ceiling+ors-client", 0.85), ("ours+openreward", "ceiling+openreward", 0.85)]
 RATIOS["c"] = [("ours", "eval-protocol", 8.0)]
 RATIOS["r"] = [("sse-starlette", "plain", None), ("streaming", "plain", None)]
@@ -533,7 +537,7 @@ RATIOS["o"] = [("ours", "openenv", 3.0)]
 RATIOS["k"] = [("ours", "ours-off", None)]
 RATIOS["l"] = [("ours", "ours-off", None)]
 CPU_RATIOS = {
-    "a": [("ours", "asgi", 3.0), ("ours", "ceiling", None), ("reference", "ours", None)],
+    "a": [("ours", "asgi", 3.0), ("ours", "sse-route", None), ("ours", "ceiling", None), ("reference", "ours", None)],
     "b": [("reference", "ours", None)],
     "c": [("eval-protocol", "ours", None)],
     "k": [("ours", "ours-off", None)],

@@ -59,8 +59,7 @@ class Episode:
     ended: bool = False
     """Reset or discarded: no call runs in it any more, and the store tears it down."""
     torn_down: bool = False
-    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))  # no checkpoint when free
-    """Held by the call running in the episode (and by reads of its environment)."""
+    _lock: anyio.Lock | None = field(default=None, repr=False)
     overdue: int = 0
     """Calls that timed out but whose thread still runs: while there are any, calls are refused (session_busy)."""
     waiting: set[anyio.CancelScope] | None = None
@@ -80,6 +79,14 @@ class Episode:
     at shutdown."""
     number: int = 0
     """0 for a session's first episode, then 1, 2, ... for the episodes resets start."""
+
+    @property
+    def lock(self) -> anyio.Lock:
+        """Held by the call running in the episode (and by reads of its environment). Made at its first use: an
+        anyio lock is ~0.7 KB (the deque of its waiters), which was a quarter of an idle session."""
+        if self._lock is None:
+            self._lock = anyio.Lock(fast_acquire=True)  # no checkpoint when free
+        return self._lock
 
     @property
     def finished(self) -> bool:
