@@ -3,14 +3,15 @@
 A call is one object (`ToolCall`) with one owner, the pipeline, which takes it through these stages in order:
 
     admit       take the episode's lock; refuse at once while a timed-out call still runs in the episode
-                (`session_busy`), or when the episode ended (`session_ended`) or finished (`episode_finished`)
-    resolve     find the tool: the environment's own, a composed one (`<server>__<tool>`), or `execute_code`
-                (`not_found`)
-    check       validate the arguments against the tool's model or its server's JSON schema
-                (`input_validation`)
-    run         async code awaited, sync code on a tool thread; with a deadline (`--tool-timeout`, `timeout`)
+                (`session_busy`), or when the episode ended (`session_ended`)
+    resolve     find the session's tool (`runtime.session_tools`: the environment's own, a composed one, the
+                episode's own, `execute_code`; `not_found`); refuse it once the episode finished (`episode_finished`)
+    check       the tool checks the arguments (`input_validation`)
+    run         the tool runs (`ors_server.runtime.tool.Tool`), with what the pipeline gives it (`ToolRun`): author
+                code awaited, or on a tool thread when sync, with a deadline (`--tool-timeout`, `timeout`)
     bound       refuse an output past `--max-output-chars` (`output_too_large`)
-    record      the episode's counters: step count, last and total reward, info, finished
+    record      the episode's counters, as the tool says its output counts: step count, last and total reward,
+                info, finished
     publish     end the call: wake its waiters, keep it for replay by id (`call_linger`, `max_replay_chars`)
     observe     hand the finished call to every `Observer` (metrics; the episode records hang here too)
 
@@ -35,26 +36,27 @@ import time
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from pydantic import ValidationError
 
-from ors_server.codeact.step import StepFailed, execute_code
-from ors_server.codeact.tool import EXECUTE_CODE_TOOL, codeact_wanted, with_execute_code
-from ors_server.compose.catalogue import ServerTool
-from ors_server.compose.results import error_text, to_output
 from ors_server.compose.toolbox import ToolServerFailed
 from ors_server.environment import PROGRESS_REPORTER, Environment, ToolDef
 from ors_server.episode import Episode, EpisodeEnd, EpisodeWatcher
 from ors_server.errors import ToolServerUnavailable
-from ors_server.hosting.environment import HostedEnvironment, HostedTool, Refusal
 from ors_server.ids import call_id
+from ors_server.runtime.session_tools import SessionTools
+from ors_server.runtime.tool import EnvironmentLost, Overtime, Refused, Tool, ToolFailed
 from ors_server.runtime.worker_threads import run_in_thread
 from ors_server.sessions import Session, SessionStore
 from ors_server.types import ToolOutput
+
+if TYPE_CHECKING:
+    from ors_server.compose.toolbox import Toolbox
+    from ors_server.settings import Settings
 
 logger = logging.getLogger("ors_server.calls")
 
@@ -270,10 +272,6 @@ class Throttle(Observer):
         """Return once there is room again."""
 
 
-class _Overtime(Exception):
-    """An async tool cancelled at the tool timeout."""
-
-
 def _result_chars(result: CallResult) -> int:
     """About what a finished call's result holds: its blocks' text and image data (and its metadata)."""
     if not isinstance(result, ToolOutput):
@@ -310,6 +308,8 @@ class Calls:
         """The finished calls not yet packed (`ToolCall.pack`), oldest first."""
         self.replay_chars = 0
         """Their sizes summed: kept within `max_replay_chars`."""
+        self.lookup = SessionTools(store.runtime)
+        """Where the pipeline finds a session's tools, and the faces list them."""
         store.on_sweep.append(self._forget_replays)  # in a lull too, not only when the next call ends
 
     def observe(self, observer: Observer) -> None:
@@ -322,14 +322,10 @@ class Calls:
 
     # The tools a client sees.
 
-    def codeact(self, session: Session) -> bool:
-        """Whether `session` offers `execute_code`: its task spec's or binding config's `"codeact"`, else
-        the server's `--codeact`."""
-        return codeact_wanted(self.settings.codeact, session.task_spec, session.config)
-
     async def tools(self, env_cls: type[Environment], session: Session | None = None) -> list[ToolDef]:
         """The tools of `session` (or, without one, of a new session of `env_cls`), as every face lists them:
-        the environment's own, those of its MCP tool servers, and `execute_code` when CodeAct is on.
+        the environment's own, those of its MCP tool servers, the episode's own, and `execute_code` when CodeAct
+        is on (`runtime.session_tools`).
 
         Listing a composed environment's tools for the first time starts its servers to ask them (boundedly);
         raises ToolServerUnavailable if they do not answer."""
@@ -341,37 +337,11 @@ class Calls:
         if session is not None and (env_cls.has_task_tools() or session.toolset is not None):
             # The session's own tools are known once its setup has ended (`ors_server.toolsets.session`).
             session = await self.store.get_ready(session.id)
-        return self._tools(env_cls, session)
-
-    def _tools(self, env_cls: type[Environment], session: Session | None) -> list[ToolDef]:
-        own = session.episode.own_tools if session is not None else None
-        tools = [t for t in env_cls.tools.values() if t.shared and not (own and t.name in own)]
-        tools += self.store.runtime.catalogue.cached(env_cls)
-        if own:
-            tools += own.values()
-        on = self.codeact(session) if session is not None else self.settings.codeact
-        return with_execute_code(tools) if on else tools
+        return self.lookup.listed(env_cls, session)
 
     def has_tool(self, session: Session, name: str) -> bool:
-        """Whether `name` is a tool of `session` (its environment's own, its task's or toolset's, or a composed
-        one)."""
-        found = self._tool(session, name)
-        return found is not None and found is not EXECUTE_CODE_TOOL
-
-    def _tool(self, session: Session, name: str) -> ToolDef | None:
-        """The tool `name` of a session (whose composed tools were listed when its episode was set up): the same
-        answer as a lookup in `_tools`, without building the list on every call."""
-        if name == EXECUTE_CODE_TOOL.name and self.codeact(session):
-            return EXECUTE_CODE_TOOL
-        own_tools = session.episode.own_tools
-        if own_tools:
-            found = own_tools.get(name)
-            if found is not None:
-                return found
-        own = session.env_cls.tools.get(name)
-        if own is not None:
-            return own if own.shared else None  # a task's own tool, and not this task's
-        return next((t for t in self.store.runtime.catalogue.cached(session.env_cls) if t.name == name), None)
+        """Whether `name` is a tool of `session`."""
+        return self.lookup.find(session, name) is not None
 
     # Starting, awaiting and finding calls.
 
@@ -419,12 +389,6 @@ class Calls:
             else:
                 try:
                     result = await self._invoke(call, self.settings.tool_timeout)
-                    if call.done:
-                        pass  # answered `timeout` already; what the overdue thread returned is dropped
-                    elif isinstance(result, ToolOutput) and self._tool(session, call.name) is EXECUTE_CODE_TOOL:
-                        episode.record_step(result)
-                    else:
-                        _record(episode, result)
                 finally:
                     episode.release()
         finally:
@@ -435,52 +399,61 @@ class Calls:
                 self._publish(call, result)
 
     async def _invoke(self, call: ToolCall, time_limit: float | None) -> CallResult:
-        """Check, resolve, validate, run and bound one call in its episode, whose lock the caller holds.
-        `time_limit` is the tool timeout (None inside a CodeAct step, which its step's own timeout bounds)."""
-        session, episode, name, arguments = call.session, call.episode, call.name, call.arguments
-        if session.deleted or episode.ended:
-            return _ended(name)
-        if episode.finished and not _calls_after_finish(session.env_cls):
-            return ToolRejected(
+        """Resolve, check, run, bound and record one call in its episode, which the caller holds. `time_limit` is
+        the tool timeout (None inside a CodeAct step, which its step's own timeout bounds)."""
+        session, episode, name = call.session, call.episode, call.name
+        gone = session.deleted or episode.ended
+        tool: Tool | None = None if gone else self.lookup.find(session, name)
+        if gone:
+            result: CallResult = _ended(name)
+        elif episode.finished and (tool is None or not tool.runs_after_finish):
+            result = ToolRejected(
                 "episode_finished",
                 f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
                 "so no further tool calls are accepted.",
             )
-        tool = self._tool(session, name)
-        if tool is None:
-            return ToolRejected("not_found", f"'{name}' is not a valid tool")
-        if isinstance(tool, ServerTool):
-            return await self._call_server(call, tool, time_limit)
-        args: tuple[Any, ...] = ()
-        if isinstance(tool, HostedTool):
-            args = ({} if arguments is None else arguments,)  # checked in the host, by the framework
-        elif tool.input_model is not None:
-            try:
-                args = (tool.input_model.model_validate(arguments if arguments is not None else {}),)
-            except ValidationError as exc:
-                # Without the input: it may hold what the agent typed, secrets included.
-                errors = exc.errors(include_url=False, include_context=False, include_input=False)
-                return ToolRejected("input_validation", session.redact(f"Tool input validation error: {errors}"))
-        elif arguments:
-            return ToolRejected("input_validation", f"Tool input validation error: '{name}' takes no arguments")
-        if episode.env is None:
-            return ToolRejected("session_ended", f"'{name}' was not run: the session has no live environment.")
-        if tool is EXECUTE_CODE_TOOL:
-            return await self._execute_code(call, args[0].code)
+        elif tool is None:
+            result = ToolRejected("not_found", f"'{name}' is not a valid tool")
+        else:
+            result = await self._attempt(call, tool, time_limit)
+        if call.done:
+            pass  # answered `timeout` already; what the overdue thread returned is dropped
+        elif tool is not None and isinstance(result, ToolOutput):
+            tool.record(episode, result)
+        else:
+            # A call refused because the episode had finished leaves "the last reward" as the finishing call set it.
+            finished = isinstance(result, ToolRejected) and result.reason == "episode_finished"
+            episode.record(None, keep_last_reward=finished)
+        return result
+
+    async def _attempt(self, call: ToolCall, tool: Tool, time_limit: float | None) -> CallResult:
+        """Check and run the call's tool, and bound its output."""
+        session, name = call.session, call.name
         try:
-            output = await self._run_tool(call, tool, episode.env, args, time_limit)
-        except _Overtime:
-            self._end_if_lost(call)
+            checked = tool.check(call.arguments)
+        except Refused as exc:
+            return ToolRejected(exc.reason, session.redact(exc.message))  # type: ignore[arg-type]
+        env = call.episode.env
+        if env is None:
+            return ToolRejected("session_ended", f"'{name}' was not run: the session has no live environment.")
+        try:
+            output = await tool.run(_Run(self, call, env, time_limit), checked)
+        except Overtime:
             return self._timed_out(name)
-        except Refusal as exc:
-            return ToolRejected(exc.reason, session.redact(str(exc)))  # type: ignore[arg-type]
+        except Refused as exc:
+            return ToolRejected(exc.reason, session.redact(exc.message))  # type: ignore[arg-type]
+        except ToolFailed as exc:
+            return ToolCrashed(session.redact(str(exc)))
+        except EnvironmentLost as exc:
+            # It can run no further call: the session ends (the caller gets this call's own answer).
+            self.store.lose(session, exc.why)
+            return self._timed_out(name) if isinstance(exc.__cause__, Overtime) else self._crashed(call, exc)
         except Exception as exc:
-            self._end_if_lost(call)
             return self._crashed(call, exc)
         if not isinstance(output, ToolOutput):
             shown = repr(output)
             wrong = session.redact(
-                f"{type(episode.env).__name__}.{name}() returned {type(output).__name__} "
+                f"{type(env).__name__}.{name}() returned {type(output).__name__} "
                 f"{shown[:60]}{'...' if len(shown) > 60 else ''}; it must return a ToolOutput"
             )
             logger.warning("session %s: %s", session.id, wrong, extra={"session_id": session.id})
@@ -504,13 +477,6 @@ class Calls:
             logger.debug("session %s: traceback of tool '%s':\n%s", session.id, session.redact(call.name), trace)
         return ToolCrashed(text)
 
-    def _end_if_lost(self, call: ToolCall) -> None:
-        """A hosted environment whose host process died or hung during the call cannot run another: its session
-        ends (the caller gets this call's error)."""
-        env = call.episode.env
-        if isinstance(env, HostedEnvironment) and env.lost is not None:
-            self.store.lose(call.session, env.lost)
-
     def _bounded(self, name: str, output: ToolOutput) -> CallResult:
         """`output`, or `output_too_large` past `max_output_chars`."""
         # The limit counts characters of the blocks' content (text, and base64 image data), not of the JSON.
@@ -522,61 +488,37 @@ class Calls:
             )
         return output
 
-    async def _call_server(self, call: ToolCall, tool: ServerTool, time_limit: float | None) -> CallResult:
-        """Call a composed tool through the episode's connection to its server. Its input is checked against the
-        server's schema first; a server that fails or hangs fails this call only (`tool_server_timeout`)."""
-        session, episode = call.session, call.episode
-        arguments = {} if call.arguments is None else call.arguments
-        if not isinstance(arguments, dict):
-            return ToolRejected("input_validation", f"Tool input validation error: '{tool.name}' takes an object")
-        problem = tool.input_error(arguments)
-        if problem is not None:
-            return ToolRejected("input_validation", session.redact(f"Tool input validation error: {problem}"))
-        if episode.env is None or episode.toolbox is None:
-            return ToolRejected("session_ended", f"'{tool.name}' was not run: the session has no live environment.")
-        timeout = self.settings.tool_server_timeout
-        if time_limit is not None:
-            timeout = min(timeout, time_limit)
-        try:
-            result = await episode.toolbox.call(tool.server, tool.remote, arguments, timeout)
-        except TimeoutError:
-            return ToolRejected("timeout", f"'{tool.name}' did not finish within {timeout:g} s and was abandoned")
-        except ToolServerFailed as exc:
-            return ToolCrashed(session.redact(str(exc)))
-        if result.is_error:
-            return ToolCrashed(session.redact(error_text(result)))
-        return self._bounded(tool.name, to_output(result))
-
     def _timed_out(self, name: str) -> ToolRejected:
         timeout = self.settings.tool_timeout
         return ToolRejected("timeout", f"'{name}' did not finish within {timeout:g} s and was abandoned")
 
-    async def _run_tool(
-        self, call: ToolCall, tool: ToolDef, env: Environment, args: tuple[Any, ...], time_limit: float | None
+    async def _user_code(
+        self, call: ToolCall, time_limit: float | None, function: Callable[..., Any], args: tuple[Any, ...]
     ) -> Any:
-        """Run the tool: async code awaited (and cancelled at the timeout), sync code on the tool threads. A sync
-        tool past the timeout is answered `timeout` at once but keeps its thread, its pool slot and the episode's
-        lock until it really returns (`Episode.overdue` meanwhile). Async code past the timeout raises _Overtime."""
+        """Run an author's `function(*args)`: async code awaited (and cancelled at the timeout), sync code on the
+        tool threads. A sync tool past the timeout is answered `timeout` at once but keeps its thread, its pool
+        slot and the episode's lock until it really returns (`Episode.overdue` meanwhile). Async code past the
+        timeout raises Overtime."""
         if call.progress is None:
-            return await self._run_tool_timed(call, tool, env, args, time_limit)
+            return await self._user_code_timed(call, time_limit, function, args)
         # The tool's own context (copied into its worker thread) carries the reporter: no state on the env.
         reporting = PROGRESS_REPORTER.set(call.report_progress)
         try:
-            return await self._run_tool_timed(call, tool, env, args, time_limit)
+            return await self._user_code_timed(call, time_limit, function, args)
         finally:
             PROGRESS_REPORTER.reset(reporting)
 
-    async def _run_tool_timed(
-        self, call: ToolCall, tool: ToolDef, env: Environment, args: tuple[Any, ...], time_limit: float | None
+    async def _user_code_timed(
+        self, call: ToolCall, time_limit: float | None, function: Callable[..., Any], args: tuple[Any, ...]
     ) -> Any:
         timeout = time_limit
-        if inspect.iscoroutinefunction(tool.function):
+        if inspect.iscoroutinefunction(function):
             if timeout is None:  # no cancel scope on the hot path
-                return await tool.function(env, *args)
+                return await function(*args)
             with anyio.move_on_after(timeout):
-                return await tool.function(env, *args)
-            raise _Overtime()
-        work = functools.partial(tool.function, env, *args)
+                return await function(*args)
+            raise Overtime()
+        work = functools.partial(function, *args)
         limiter = self.store.runtime.limiters["tools"]
         if timeout is None:
             # No timeout: the slot is held for as long as the call waits for the thread, which is until it returns
@@ -595,7 +537,7 @@ class Calls:
                     await limiter.acquire_on_behalf_of(slot)
                     acquired = True
                 if not acquired:
-                    raise _Overtime() from None  # no tool thread came free in time: the tool did not run
+                    raise Overtime() from None  # no tool thread came free in time: the tool did not run
             # A timer, not a watching task: it costs a few µs where a task group cost ~70 on every call.
             watch = asyncio.get_running_loop().call_at(deadline, self._overdue, call)
             try:
@@ -616,7 +558,7 @@ class Calls:
         if inspect.isawaitable(output):
             with anyio.move_on_after(timeout):
                 return await output
-            raise _Overtime()
+            raise Overtime()
         return output
 
     def _overdue(self, call: ToolCall) -> None:
@@ -635,28 +577,15 @@ class Calls:
         )
         self._publish(call, self._timed_out(call.name))
 
-    async def _execute_code(self, step: ToolCall, code: str) -> CallResult:
-        """One CodeAct step (`ors_server.codeact.step`). It runs inside the episode lock its call holds, so the
-        code's tool calls go straight into `_invoke` (taking the lock again would deadlock): each is validated,
+    async def _call_within(self, outer: ToolCall, name: str, arguments: Any) -> CallResult:
+        """A call made from inside a running tool (a CodeAct step's code): it runs within the hold its outer call
+        has on the episode, so it goes straight to `_invoke` (taking the lock again would deadlock); it is checked,
         run, recorded and observed like a call from a face."""
-        session, episode = step.session, step.episode
-
-        async def call_tool(name: str, arguments: Any) -> CallResult:
-            call = ToolCall(call_id(), name, session, episode, step.face, arguments, step=step.id)
-            result = await self._invoke(call, None)
-            _record(episode, result)
-            call.end(result)
-            self._observe(call)
-            return result
-
-        tools = self._tools(session.env_cls, session)
-        with anyio.CancelScope() as scope, episode.running_step(scope):  # cancelled when the episode ends
-            try:
-                pool = self.store.runtime.codeact_pool
-                return await execute_code(code, tools, call_tool, self.settings, session.redact, session.id, pool)
-            except StepFailed as exc:
-                return ToolCrashed(str(exc))
-        return _ended(EXECUTE_CODE_TOOL.name)  # the episode ended during the step
+        call = ToolCall(call_id(), name, outer.session, outer.episode, outer.face, arguments, step=outer.id)
+        result = await self._invoke(call, None)
+        call.end(result)
+        self._observe(call)
+        return result
 
     # Publishing and observing.
 
@@ -704,10 +633,46 @@ class Calls:
                 episode.forget_call(call_id)  # a waiter holding the call still gets its result
 
 
-def _calls_after_finish(env_cls: type[Environment]) -> bool:
-    """Whether calls after `finished` still reach the class: a hosted framework's own rule (OpenEnv's server sends
-    a step after `done` on to the environment)."""
-    return issubclass(env_cls, HostedEnvironment) and bool(env_cls.description.get("calls_after_finish"))
+class _Run:
+    """What a tool runs with (`ors_server.runtime.tool.ToolRun`): its call's episode, and the pipeline's services."""
+
+    __slots__ = ("_calls", "_call", "env", "time_limit")
+
+    def __init__(self, calls: Calls, call: ToolCall, env: Environment, time_limit: float | None) -> None:
+        self._calls = calls
+        self._call = call
+        self.env = env
+        self.time_limit = time_limit
+
+    @property
+    def toolbox(self) -> Toolbox | None:
+        return self._call.episode.toolbox
+
+    @property
+    def settings(self) -> Settings:
+        return self._calls.settings
+
+    @property
+    def session_id(self) -> str:
+        return self._call.session.id
+
+    def redact(self, text: str) -> str:
+        return self._call.session.redact(text)
+
+    async def user_code(self, function: Callable[..., Any], *args: Any) -> Any:
+        return await self._calls._user_code(self._call, self.time_limit, function, args)
+
+    async def call_tool(self, name: str, arguments: Any) -> CallResult:
+        return await self._calls._call_within(self._call, name, arguments)
+
+    def tools(self) -> Sequence[ToolDef]:
+        session = self._call.session
+        return self._calls.lookup.listed(session.env_cls, session)
+
+    @contextmanager
+    def until_episode_ends(self) -> Iterator[anyio.CancelScope]:
+        with anyio.CancelScope() as scope, self._call.episode.running_step(scope):
+            yield scope
 
 
 def _busy(name: str) -> ToolRejected:
@@ -720,12 +685,6 @@ def _busy(name: str) -> ToolRejected:
 
 def _ended(name: str) -> ToolRejected:
     return ToolRejected("session_ended", f"'{name}' was not run: the episode has ended.")
-
-
-def _record(episode: Episode, result: CallResult) -> None:
-    # A call refused because the episode had finished leaves "the last reward" as the finishing call set it.
-    finished = isinstance(result, ToolRejected) and result.reason == "episode_finished"
-    episode.record(result if isinstance(result, ToolOutput) else None, keep_last_reward=finished)
 
 
 __all__ = [

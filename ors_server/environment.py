@@ -29,12 +29,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ors_server.compose.servers import HttpServer, StdioServer, ToolServer
+from ors_server.runtime.tool import Refused
 from ors_server.types import GroupCandidate, GroupScore, ImageBlock, Message, Split, TextBlock, ToolOutput
 
 if TYPE_CHECKING:
+    from ors_server.episode import Episode
+    from ors_server.runtime.tool import ToolRun
     from ors_server.sandboxes.interface import Sandbox
 
 
@@ -53,11 +56,35 @@ class ToolDef:
     shared: bool = True
     """Listed for every session of the class. An unshared tool (`@tool(shared=False)`) is a task's own: listed and
     callable only in sessions whose `list_task_tools()` names it."""
+    runs_after_finish: bool = False
+    """Called even after a tool finished the episode (a hosted framework's own rule); refused otherwise."""
 
     @cached_property
     def schema(self) -> dict[str, Any] | None:
         """The JSON Schema of the input, or None for a tool without arguments."""
         return self.input_model.model_json_schema() if self.input_model else self.input_schema
+
+    # The call pipeline runs every tool through these (`ors_server.runtime.tool.Tool`); the subclasses of other
+    # sources (composed, hosted, CodeAct) override them.
+
+    def check(self, arguments: Any) -> Any:
+        """The arguments after the environment, as a tuple: the input model's instance, or none."""
+        if self.input_model is not None:
+            try:
+                return (self.input_model.model_validate(arguments if arguments is not None else {}),)
+            except ValidationError as exc:
+                # Without the input: it may hold what the agent typed, secrets included.
+                errors = exc.errors(include_url=False, include_context=False, include_input=False)
+                raise Refused("input_validation", f"Tool input validation error: {errors}") from None
+        if arguments:
+            raise Refused("input_validation", f"Tool input validation error: '{self.name}' takes no arguments")
+        return ()
+
+    async def run(self, run: ToolRun, checked: Any) -> Any:
+        return await run.user_code(self.function, run.env, *checked)
+
+    def record(self, episode: Episode, output: ToolOutput) -> None:
+        episode.record(output)
 
 
 class _ToolMethod:

@@ -155,3 +155,25 @@ def test_no_two_modules_import_each_other() -> None:
         if module not in state:
             walk(module)
     assert cycles == [], "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
+
+
+TOOL_SOURCES = {"ors_server.hosting", "ors_server.codeact", "ors_server.compose.catalogue", "ors_server.toolsets"}
+"""The packages that make tools of one kind or another; each kind implements `ors_server.runtime.tool.Tool`."""
+TOOL_KINDS = {"ServerTool", "HostedTool", "HostedEnvironment", "ExecuteCode", "EXECUTE_CODE", "EXECUTE_CODE_TOOL"}
+
+
+def test_the_call_pipeline_imports_no_source_of_tools_and_names_no_kind_of_tool() -> None:
+    # The pipeline runs every tool through one protocol, never asking which kind it is: a new source of tools
+    # (container tasks, toolsets) is a new implementation, not an edit of `calls.py`.
+    sources = sorted(
+        imported
+        for imported in GRAPH["ors_server.calls"]
+        if any(imported == source or imported.startswith(source + ".") for source in TOOL_SOURCES)
+    )
+    assert sources == [], f"ors_server.calls imports {sources}"
+    tree = ast.parse(MODULES["ors_server.calls"].read_text(encoding="utf-8"))
+    named = sorted(
+        {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        | {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    )
+    assert sorted(TOOL_KINDS & set(named)) == [], "ors_server.calls names a kind of tool"

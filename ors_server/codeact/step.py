@@ -1,8 +1,8 @@
 """One CodeAct step: the agent's code runs in a sandbox, and its tool calls come back to the call pipeline.
 
-The pipeline (`ors_server.calls`) calls `execute_code` while it holds the episode's lock for the step, and
-passes `call_tool`, which runs one of the code's tool calls through the pipeline's own stages (validated, run,
-recorded and observed like a call from a face). The step's reward is the sum of theirs; it finished the
+The `execute_code` tool (`tool.py`) runs `execute_code` while its call holds the episode, and passes `call_tool`,
+which runs one of the code's tool calls through the pipeline's own stages (validated, run, recorded and observed
+like a call from a face). The step's reward is the sum of theirs; it finished the
 episode if one of them did. A step that failed before any tool call succeeded raises `StepFailed` (nothing to
 report); after one, its observation carries the error along with the rewards earned.
 """
@@ -10,16 +10,18 @@ report); after one, its observation carries the error along with the rewards ear
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from ors_server.codeact.executor import Limits, ToolCallFailed, run_step
+from ors_server.codeact.executor import Limits, StepResult, ToolCallFailed, ToolSpec, run_step
 from ors_server.codeact.pool import SandboxPool
 from ors_server.codeact.sandbox import SandboxUnavailable, sandbox_mode
-from ors_server.codeact.tool import EXECUTE_CODE_TOOL, observation, tool_specs, tool_value
 from ors_server.environment import ToolDef
+from ors_server.runtime.tool import ToolFailed
 from ors_server.settings import Settings
 from ors_server.types import TextBlock, ToolOutput
+
+EXECUTE_CODE = "execute_code"
 
 logger = logging.getLogger("ors_server.codeact")
 
@@ -31,7 +33,7 @@ class Failure(Protocol):
     def message(self) -> str: ...
 
 
-class StepFailed(Exception):
+class StepFailed(ToolFailed):
     """The step produced nothing to report: its sandbox did not start, or its code failed before any tool call
     succeeded. The message is what the agent sees (secrets masked)."""
 
@@ -66,7 +68,7 @@ async def execute_code(
 
     async def call(name: str, arguments: dict[str, Any]) -> Any:
         nonlocal reward, finished, truncated, succeeded
-        if name == EXECUTE_CODE_TOOL.name:
+        if name == EXECUTE_CODE:
             raise ToolCallFailed("execute_code cannot be called from inside code")
         result = await call_tool(name, arguments)
         if not isinstance(result, ToolOutput):
@@ -93,3 +95,35 @@ async def execute_code(
         finished=finished,
         truncated=truncated,
     )
+
+
+def tool_specs(tools: Iterable[ToolDef]) -> list[ToolSpec]:
+    """The tools as functions of the code; positional parameters follow the input schema's property order."""
+    specs = []
+    for tool in tools:
+        if tool.name == EXECUTE_CODE:
+            continue
+        params: list[str] = []
+        if tool.input_model is not None:
+            params = [info.alias or name for name, info in tool.input_model.model_fields.items()]
+        elif tool.schema:
+            params = list(tool.schema.get("properties") or {})
+        specs.append(ToolSpec(tool.name, tool.description, params))
+    return specs
+
+
+def tool_value(output: ToolOutput) -> Any:
+    """What a tool call returns inside the code: its text, or its blocks as dicts when it returned images."""
+    if all(block.type == "text" for block in output.blocks):
+        return "\n".join(block.text for block in output.blocks if block.type == "text")
+    return [block.model_dump(mode="json", exclude={"detail"}) for block in output.blocks]
+
+
+def observation(result: StepResult) -> str:
+    """The step's observation: what it printed, then its value, then its error."""
+    parts = [result.output.rstrip("\n")] if result.output else []
+    if result.value is not None:
+        parts.append(result.value)
+    if result.error is not None:
+        parts.append(result.error)
+    return "\n".join(parts) if parts else "(the code printed and returned nothing)"

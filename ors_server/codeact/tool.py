@@ -1,21 +1,28 @@
-"""The `execute_code` tool as every face lists it, and the translations between the session core and a step.
+"""The `execute_code` tool: listed with a session's tools when CodeAct is on, run by the call pipeline as any tool.
 
-The call pipeline (`ors_server.calls.Calls`) adds `EXECUTE_CODE_TOOL` to a session's tools when CodeAct is on
-for it, runs the step (`ors_server.codeact.step`), and answers the code's tool calls through its own stages.
+Its run is one step (`ors_server.codeact.step`) whose code calls the session's other tools back through the
+pipeline (`ToolRun.call_tool`), within the step's hold on the episode; the step is cancelled, its sandbox killed,
+when the episode ends. Its calls count in the episode one by one, so the step itself only sets what a client
+reads as "the last reward" (`Episode.record_step`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ors_server.codeact.executor import StepResult, ToolSpec
+from ors_server.codeact.pool import SandboxPool
+from ors_server.codeact.step import EXECUTE_CODE, execute_code
 from ors_server.environment import Environment, ToolDef
+from ors_server.runtime.tool import Refused
 from ors_server.types import ToolOutput
 
-EXECUTE_CODE = "execute_code"
+if TYPE_CHECKING:
+    from ors_server.episode import Episode
+    from ors_server.runtime.tool import ToolRun
 
 DESCRIPTION = """Run Python code as one step.
 
@@ -34,10 +41,29 @@ class ExecuteCodeInput(BaseModel):
 
 
 def _never_called(env: Environment, params: ExecuteCodeInput) -> ToolOutput:
-    raise RuntimeError("execute_code is run by the session core, not as an environment method")
+    raise RuntimeError("execute_code runs as a step (ExecuteCode.run), not as an environment method")
 
 
-EXECUTE_CODE_TOOL = ToolDef(EXECUTE_CODE, DESCRIPTION, ExecuteCodeInput, _never_called)
+@dataclass(frozen=True)
+class ExecuteCode(ToolDef):
+    """`execute_code`, whose steps take a sandbox of `pool` when it has one ready."""
+
+    pool: SandboxPool | None = None
+
+    async def run(self, run: ToolRun, checked: Any) -> ToolOutput:
+        (params,) = checked
+        with run.until_episode_ends():
+            return await execute_code(
+                params.code, run.tools(), run.call_tool, run.settings, run.redact, run.session_id, self.pool
+            )
+        raise Refused("session_ended", f"'{self.name}' was not run: the episode has ended.")
+
+    def record(self, episode: Episode, output: ToolOutput) -> None:
+        episode.record_step(output)
+
+
+def execute_code_tool(pool: SandboxPool | None = None) -> ExecuteCode:
+    return ExecuteCode(EXECUTE_CODE, DESCRIPTION, ExecuteCodeInput, _never_called, pool=pool)
 
 
 def codeact_wanted(default: bool, *choices: Mapping[str, Any] | None) -> bool:
@@ -49,37 +75,4 @@ def codeact_wanted(default: bool, *choices: Mapping[str, Any] | None) -> bool:
     return default
 
 
-def with_execute_code(tools: Iterable[ToolDef]) -> list[ToolDef]:
-    return [*[t for t in tools if t.name != EXECUTE_CODE], EXECUTE_CODE_TOOL]
-
-
-def tool_specs(tools: Iterable[ToolDef]) -> list[ToolSpec]:
-    """The tools as functions of the code; positional parameters follow the input schema's property order."""
-    specs = []
-    for tool in tools:
-        if tool.name == EXECUTE_CODE:
-            continue
-        params: list[str] = []
-        if tool.input_model is not None:
-            params = [info.alias or name for name, info in tool.input_model.model_fields.items()]
-        elif tool.schema:
-            params = list(tool.schema.get("properties") or {})
-        specs.append(ToolSpec(tool.name, tool.description, params))
-    return specs
-
-
-def tool_value(output: ToolOutput) -> Any:
-    """What a tool call returns inside the code: its text, or its blocks as dicts when it returned images."""
-    if all(block.type == "text" for block in output.blocks):
-        return "\n".join(block.text for block in output.blocks if block.type == "text")
-    return [block.model_dump(mode="json", exclude={"detail"}) for block in output.blocks]
-
-
-def observation(result: StepResult) -> str:
-    """The step's observation: what it printed, then its value, then its error."""
-    parts = [result.output.rstrip("\n")] if result.output else []
-    if result.value is not None:
-        parts.append(result.value)
-    if result.error is not None:
-        parts.append(result.error)
-    return "\n".join(parts) if parts else "(the code printed and returned nothing)"
+__all__ = ["DESCRIPTION", "EXECUTE_CODE", "ExecuteCode", "ExecuteCodeInput", "codeact_wanted", "execute_code_tool"]

@@ -12,11 +12,15 @@ from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
 from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 from mcp import types
 
+from ors_server.compose.results import error_text, to_output
 from ors_server.compose.toolbox import Toolbox, ToolServerFailed
 from ors_server.environment import ToolDef
+from ors_server.runtime.tool import Refused, ToolFailed
+from ors_server.types import ToolOutput
 
 if TYPE_CHECKING:
     from ors_server.environment import Environment
+    from ors_server.runtime.tool import ToolRun
 
 SEPARATOR = "__"
 """Between a server's name and its tool's: `calc__add` is tool `add` of server `calc`."""
@@ -27,7 +31,7 @@ def namespaced(server: str, tool: str) -> str:
 
 
 def _run_by_the_store(*args: Any) -> Any:
-    raise RuntimeError("a composed tool is called by the session store through the episode's tool server")
+    raise RuntimeError("a composed tool is called through the episode's tool server (ServerTool.run)")
 
 
 @dataclass(frozen=True)
@@ -37,14 +41,37 @@ class ServerTool(ToolDef):
     server: str = ""
     remote: str = ""
 
-    def input_error(self, arguments: dict[str, Any]) -> str | None:
-        """Why `arguments` do not fit the tool's input schema, or None if they do."""
+    def check(self, arguments: Any) -> dict[str, Any]:
+        """`arguments` checked against the server's input schema, here (the server may check less, or not at all)."""
+        arguments = {} if arguments is None else arguments
+        if not isinstance(arguments, dict):
+            raise Refused("input_validation", f"Tool input validation error: '{self.name}' takes an object")
         schema = self.schema or {}
         error = best_match(validator_for(schema)(schema).iter_errors(arguments))
-        if error is None:
-            return None
-        where = "/".join(str(part) for part in error.absolute_path)
-        return f"{where}: {error.message}" if where else error.message
+        if error is not None:
+            where = "/".join(str(part) for part in error.absolute_path)
+            problem = f"{where}: {error.message}" if where else error.message
+            raise Refused("input_validation", f"Tool input validation error: {problem}")
+        return arguments
+
+    async def run(self, run: ToolRun, checked: dict[str, Any]) -> ToolOutput:
+        """Call the tool through the episode's connection to its server: a server that fails or hangs fails this
+        call only (`--tool-server-timeout`, within the call's own deadline)."""
+        toolbox = run.toolbox
+        if toolbox is None:
+            raise Refused("session_ended", f"'{self.name}' was not run: the session has no live environment.")
+        timeout = run.settings.tool_server_timeout
+        if run.time_limit is not None:
+            timeout = min(timeout, run.time_limit)
+        try:
+            result = await toolbox.call(self.server, self.remote, checked, timeout)
+        except TimeoutError:
+            raise Refused("timeout", f"'{self.name}' did not finish within {timeout:g} s and was abandoned") from None
+        except ToolServerFailed as exc:
+            raise ToolFailed(str(exc)) from None
+        if result.is_error:
+            raise ToolFailed(error_text(result))
+        return to_output(result)
 
 
 def _server_tool(server: str, tool: types.Tool) -> ServerTool:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 
 from ors_server.environment import Environment
-from ors_server.hosting.environment import HostedEnvironment, HostedOutput, HostedTool, Refusal, hosted_class
+from ors_server.hosting.environment import HostedEnvironment, HostedOutput, HostedTool, hosted_class
 from ors_server.hosting.pool import HostPool
 from ors_server.hosting.process import HostError, HostFailed, HostProcess, HostSpec, describe_once, parse_python
 from ors_server.sandboxes.confinement import Confinement
@@ -140,4 +140,4 @@ async def _serving(env_cls: type[HostedEnvironment], settings: Settings) -> Asyn
                 env_cls.pool = None
 
 
-__all__ = ["FRAMEWORKS", "HostLoadError", "HostedEnvironment", "HostedOutput", "HostedTool", "Refusal", "load", "pools"]
+__all__ = ["FRAMEWORKS", "HostLoadError", "HostedEnvironment", "HostedOutput", "HostedTool", "load", "pools"]

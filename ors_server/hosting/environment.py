@@ -6,9 +6,9 @@ requests to that process, its `teardown()` deletes it there. Class-level listing
 process of the pool; the splits and tools are the description's, read once when `--env` is loaded.
 
 A hosted tool takes its arguments as the client sent them (`HostedTool`): the framework checks them in the host,
-in its own words. When the host process dies, or a call is abandoned at `--tool-timeout` (the process may hold a
-hung thread: it is retired), the instance is `lost`: the call fails with a clear error and the call pipeline ends
-the session.
+in its own words, and its refusals are the pipeline's (`Refused`). When the host process dies, or a call is
+abandoned at `--tool-timeout` (the process may hold a hung thread: it is retired), the instance is `lost`: the
+call raises `EnvironmentLost`, so it fails with a clear error and the call pipeline ends the session.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import inspect
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 from pydantic import Field
@@ -26,18 +26,18 @@ from pydantic import Field
 from ors_server.environment import Environment, ToolDef
 from ors_server.hosting.pool import HostPool
 from ors_server.hosting.process import HostError, HostFailed, HostProcess, HostSpec
+from ors_server.runtime.tool import EnvironmentLost, Overtime, Refused
 from ors_server.types import GroupCandidate, GroupScore, ImageBlock, Message, Split, TextBlock, ToolOutput
+
+if TYPE_CHECKING:
+    from ors_server.runtime.tool import ToolRun
 
 REFUSALS = ("not_found", "input_validation", "episode_finished", "output_too_large")
 """The refusals of a framework that the call pipeline reports as its own (`ToolRejected` reasons)."""
 
 
-class Refusal(Exception):
-    """The framework refused a call (bad input, unknown tool, finished episode): a `ToolRejected` of `reason`."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+class HostLost(HostFailed, EnvironmentLost):
+    """The episode's host process died, hung or broke the protocol: this instance can run nothing more."""
 
 
 class HostedOutput(ToolOutput):
@@ -50,6 +50,20 @@ class HostedOutput(ToolOutput):
 @dataclass(frozen=True)
 class HostedTool(ToolDef):
     """A tool whose arguments go to the host unchecked here (the framework checks them)."""
+
+    def check(self, arguments: Any) -> Any:
+        return ({} if arguments is None else arguments,)
+
+    async def run(self, run: ToolRun, checked: Any) -> Any:
+        env = run.env
+        try:
+            return await run.user_code(self.function, env, *checked)
+        except Overtime as exc:
+            # Abandoned mid-request at the deadline: its host process may hold a hung thread, and is retired.
+            lost = env.lost if isinstance(env, HostedEnvironment) else None
+            if lost is None:
+                raise
+            raise EnvironmentLost(f"'{self.name}' was abandoned at the tool timeout; the session ends", lost) from exc
 
 
 def _raised(exc: HostError) -> Exception:
@@ -164,15 +178,16 @@ class HostedEnvironment(Environment):
     async def _ask(self, op: str, **fields: Any) -> Any:
         host = self.host
         if self.lost is not None or host is None:
-            raise HostFailed(self.lost or "the episode has no host process")
+            why = self.lost or "the episode has no host process"
+            raise HostLost(why, why)
         try:
             return await host.request(op, session=self.key, **fields)
         except HostFailed as exc:
             self.lost = str(exc)
-            raise HostFailed(f"{exc}; the session ends") from None
+            raise HostLost(f"{exc}; the session ends", self.lost) from None
         except HostError as exc:
             if exc.reason in REFUSALS:
-                raise Refusal(exc.reason or "", str(exc)) from None
+                raise Refused(exc.reason or "", str(exc)) from None
             raise _raised(exc) from None
         except anyio.get_cancelled_exc_class():
             # Abandoned mid-call (the tool timeout): the host may hold a thread that never returns.
@@ -219,15 +234,16 @@ class HostedEnvironment(Environment):
     async def list_task_tools(self) -> list[ToolDef]:
         """The task's own tools, as the framework lists them (`openreward`'s `list_task_tools`)."""
         listed = await self.request("task_tools")
-        return [_hosted_tool(t) for t in listed]
+        return [_hosted_tool(t, self.description) for t in listed]
 
     async def request(self, name: str, payload: Any = None) -> Any:
         """Ask the episode's instance anything else its adapter answers by name (OpenEnv's `state`)."""
         return await self._ask("request", name=name, payload=payload)
 
 
-def _hosted_tool(described: dict[str, Any]) -> HostedTool:
-    """A tool as a host describes it (`{"name", "description", "input_schema"}`), called through the host."""
+def _hosted_tool(described: dict[str, Any], description: dict[str, Any]) -> HostedTool:
+    """A tool as a host describes it (`{"name", "description", "input_schema"}`), called through the host, of a
+    class so described (whose `calls_after_finish` says whether a call after `finished` reaches it)."""
     tool_name = described["name"]
 
     async def call(env: HostedEnvironment, arguments: Any) -> ToolOutput:
@@ -241,12 +257,13 @@ def _hosted_tool(described: dict[str, Any]) -> HostedTool:
         call,
         input_schema=described.get("input_schema"),
         terminal=bool(described.get("terminal")),
+        runs_after_finish=bool(description.get("calls_after_finish")),
     )
 
 
 def hosted_class(spec: HostSpec, description: dict[str, Any]) -> type[HostedEnvironment]:
     """A `HostedEnvironment` subclass named and shaped as `description` says."""
-    tools: dict[str, ToolDef] = {t["name"]: _hosted_tool(t) for t in description["tools"]}
+    tools: dict[str, ToolDef] = {t["name"]: _hosted_tool(t, description) for t in description["tools"]}
     name = description["name"]
     attributes = {
         "name": name,
