@@ -25,3 +25,12 @@ def _records_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadscope` hands out the longest modules first (tests/scheduling.py); other modes are xdist's."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from tests.scheduling import LongestFirst
+
+    return LongestFirst(config, log)

@@ -3,6 +3,7 @@ built into the node's storage, pools, containers); episodes solved through the f
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -19,8 +20,9 @@ from tests.harbor.test_cleanup import of_env
 from tests.scale.deployment import Deployment, stop, wait_healthy
 from tests.serving import free_port
 
-ray = pytest.importorskip("ray", reason="the ray extra is part of the test extra")
-from ray.cluster_utils import Cluster  # noqa: E402
+# Found, not imported: collection runs in every xdist worker, and Ray's import costs a second or more of CPU there.
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("the ray extra is part of the test extra", allow_module_level=True)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
@@ -52,6 +54,8 @@ def test_each_ray_worker_serves_harbor_episodes_from_containers_of_its_own(tmp_p
     saved = {name: os.environ.get(name) for name in RAY_ENV}
     sigterm = signal.getsignal(signal.SIGTERM)
     os.environ.update(RAY_ENV)
+    from ray.cluster_utils import Cluster
+
     cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     try:
         cluster.add_node(**NODE)

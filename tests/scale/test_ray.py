@@ -7,6 +7,7 @@ off so no `~/.ray/auth_token` is written; its processes are checked gone at the 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -37,8 +38,9 @@ SHIPPED_GUESS = (
     "    raise ImportError('GUESS_SHIPPED is not set: not the deployment runtime_env')\n" + GUESS
 )
 
-ray = pytest.importorskip("ray", reason="the ray extra is part of the test extra")
-from ray.cluster_utils import Cluster  # noqa: E402
+# Found, not imported: collection runs in every xdist worker, and Ray's import costs a second or more of CPU there.
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("the ray extra is part of the test extra", allow_module_level=True)
 
 pytestmark = [pytest.mark.ray, pytest.mark.anyio, pytest.mark.timeout(600)]
 
@@ -72,6 +74,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
     # The head node installs a SIGTERM handler in this process that outlives `cluster.shutdown()`: put ours back.
     sigterm = signal.getsignal(signal.SIGTERM)
     os.environ.update(RAY_ENV)  # the cluster's processes (and so the worker actors) inherit these
+    from ray.cluster_utils import Cluster
+
     cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     pids: list[int] = []
     try:
