@@ -27,14 +27,7 @@ from typing import Any
 
 import anyio
 
-from ors_server.sandboxes.interface import (
-    DEFAULT_TIMEOUT,
-    MAX_OUTPUT,
-    MAX_TIMEOUT,
-    CommandResult,
-    Sandbox,
-    SandboxClosed,
-)
+from ors_server.sandboxes.interface import CommandResult, Sandbox, SandboxClosed
 from ors_server.sandboxes.persistent_shell import BashDriver
 from ors_server.sandboxes.podman import HARBOR_LABEL, OWNER_LABEL, Podman, PodmanError, owner_id
 
@@ -299,28 +292,22 @@ class ContainerSandbox(Sandbox):
     def __init__(self, container: Container) -> None:
         self.container = container
         self.workdir = container.workdir
-        self._closed = False
 
-    async def run(
-        self,
-        command: str,
-        *,
-        time_limit: float = DEFAULT_TIMEOUT,
-        stdin: bytes | None = None,
-        cwd: str | None = None,
-        max_output: int = MAX_OUTPUT,
+    @property
+    def closed(self) -> bool:
+        return self._closed or self.container.removed
+
+    async def _run(
+        self, command: str, time_limit: float, stdin: bytes | None, cwd: str, max_output: int
     ) -> CommandResult:
-        if self._closed or self.container.removed:
-            raise SandboxClosed("the sandbox is closed")
-        limit = min(time_limit, MAX_TIMEOUT)
         container = self.container
         token = uuid.uuid4().hex
-        argv = ["exec", "--interactive", "--workdir", self.resolve(cwd) if cwd else self.workdir]
+        argv = ["exec", "--interactive", "--workdir", cwd]
         argv += ["--env", f"{MARK}={token}", container.id]
-        argv += ["timeout", f"--kill-after={self.KILL_AFTER:g}", f"{limit:g}", "bash", "-c", command]
+        argv += ["timeout", f"--kill-after={self.KILL_AFTER:g}", f"{time_limit:g}", "bash", "-c", command]
         try:
             code, out, err, cut = await container.podman.call_bytes(
-                argv, within=limit + self.KILL_AFTER + 10, stdin=stdin or b"", max_output=max_output
+                argv, within=time_limit + self.KILL_AFTER + 10, stdin=stdin or b"", max_output=max_output
             )
         except TimeoutError:
             code, out, err, cut = 124, b"", b"", False
@@ -330,9 +317,6 @@ class ContainerSandbox(Sandbox):
         if container.removed:
             raise SandboxClosed("the sandbox was closed while the command ran")
         return CommandResult(exit_code=code, stdout=out, stderr=err, truncated=cut, timed_out=code in (124, 137))
-
-    async def close(self) -> None:
-        self._closed = True
 
 
 __all__ = ["Container", "ContainerSandbox", "ContainerShell", "Limits", "PodmanError"]

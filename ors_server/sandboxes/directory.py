@@ -25,14 +25,7 @@ import anyio
 import anyio.abc
 
 from ors_server.sandboxes.bubblewrap import Resources, as_agent, bwrap_argv, closing_fd, root_dirs, seccomp_fd
-from ors_server.sandboxes.interface import (
-    DEFAULT_TIMEOUT,
-    MAX_OUTPUT,
-    MAX_TIMEOUT,
-    CommandResult,
-    Sandbox,
-    SandboxClosed,
-)
+from ors_server.sandboxes.interface import CommandResult, Sandbox
 
 WORKDIR = "/work"
 """Where the host directory appears inside the sandbox."""
@@ -65,26 +58,15 @@ class BubblewrapSandbox(Sandbox):
         self._read_only = tuple(read_only)
         self._slots = anyio.Semaphore(max_running)
         self._running: set[anyio.abc.Process] = set()
-        self._closed = False
-
-    async def run(
-        self,
-        command: str,
-        *,
-        time_limit: float = DEFAULT_TIMEOUT,
-        stdin: bytes | None = None,
-        cwd: str | None = None,
-        max_output: int = MAX_OUTPUT,
-    ) -> CommandResult:
-        if "\0" in command:
-            raise ValueError("the command contains a NUL character")
-        time_limit = min(max(time_limit, 0.0), MAX_TIMEOUT)
-        async with self._slots:
-            if self._closed:
-                raise SandboxClosed("the sandbox is closed")
-            return await self._run(command, time_limit, stdin, self.resolve(cwd or self.workdir), max_output)
 
     async def _run(
+        self, command: str, time_limit: float, stdin: bytes | None, cwd: str, max_output: int
+    ) -> CommandResult:
+        async with self._slots:
+            self._refuse_if_closed()  # again: it may have closed while this command waited for a slot
+            return await self._run_in_slot(command, time_limit, stdin, cwd, max_output)
+
+    async def _run_in_slot(
         self, command: str, time_limit: float, stdin: bytes | None, cwd: str, max_output: int
     ) -> CommandResult:
         # bash sets the limits on itself, enters `cwd` and becomes the command (arguments, so no quoting).
@@ -144,7 +126,7 @@ class BubblewrapSandbox(Sandbox):
         return CommandResult(code, bytes(stdout), bytes(stderr), truncated=dropped[0], timed_out=timed_out)
 
     async def close(self) -> None:
-        self._closed = True
+        await super().close()
         for process in list(self._running):
             _kill(process)
 

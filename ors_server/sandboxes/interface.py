@@ -11,8 +11,9 @@ Backends:
   hardening of `ors_server.sandboxes.bubblewrap` (the shell environment's sandbox);
 - a container backend (podman) implements the same interface for container tasks.
 
-A backend implements `run` and `close`; `read_file` and `write_file` have portable defaults made of `run` (a
-backend with a faster way, such as a bind-mounted directory, may override them, keeping their contract).
+A backend implements `_run` (`run` checks the arguments and refuses once the sandbox is closed, then calls it) and,
+if it has commands to kill, `close`; `read_file` and `write_file` have portable defaults made of `run` (a backend
+with a faster way, such as a bind-mounted directory, may override them, keeping their contract).
 
 Who owns a sandbox: the environment that made it (it starts it in `setup()` and closes it in `teardown()`), and
 hands it to the server through `Environment.toolset_sandbox()`.
@@ -62,8 +63,8 @@ class Sandbox(ABC):
 
     workdir: str
     """The working directory inside the sandbox (absolute): where commands start and relative paths resolve."""
+    _closed: bool = False
 
-    @abstractmethod
     async def run(
         self,
         command: str,
@@ -77,11 +78,31 @@ class Sandbox(ABC):
         `workdir`), with `stdin` as its input (else none). After `time_limit` seconds (capped at `MAX_TIMEOUT`) the
         command and everything it started are killed. Each stream keeps its first `max_output` bytes.
         Raises `SandboxClosed` once the sandbox is closed; a cancelled caller's command is killed."""
+        if "\0" in command:
+            raise ValueError("the command contains a NUL character")
+        self._refuse_if_closed()
+        limit = min(max(time_limit, 0.0), MAX_TIMEOUT)
+        return await self._run(command, limit, stdin, self.resolve(cwd or self.workdir), max_output)
 
     @abstractmethod
+    async def _run(
+        self, command: str, time_limit: float, stdin: bytes | None, cwd: str, max_output: int
+    ) -> CommandResult:
+        """`run` once its arguments are checked: `time_limit` already capped, `cwd` absolute inside the sandbox."""
+
+    @property
+    def closed(self) -> bool:
+        """`close()` was called: `run` raises `SandboxClosed`."""
+        return self._closed
+
+    def _refuse_if_closed(self) -> None:
+        if self.closed:
+            raise SandboxClosed("the sandbox is closed")
+
     async def close(self) -> None:
         """Kill every command still running and refuse new ones. Idempotent. What the sandbox's files are kept
         in is its owner's to remove."""
+        self._closed = True
 
     def resolve(self, path: str) -> str:
         """`path` as an absolute path inside the sandbox: relative paths start at `workdir`."""
