@@ -6,7 +6,7 @@ Drives ORS `/call` straight through the ASGI app (no sockets, as bench/inprocess
 `Counter` served natively (in the server's process) and hosted (`--env isolated:bench.envs:Counter`: the same class
 in a host process, every call a round trip over its pipes), interleaved. Prints calls/s sequentially (one session)
 and with `--sessions` concurrent sessions, and the hosted/native ratio. With `--openreward PYTHON` (the python of a
-venv with `openreward`), also `openreward:bench.openreward_counter:Counter`, the same counter written for openreward;
+venv with `openreward`), also `openreward:bench.reference_envs:Counter`, the same counter written for openreward;
 with `--openenv PYTHON`, `openenv:bench.openenv_counter:CounterEnvironment`, the counter as an OpenEnv MCPEnvironment.
 """
 
@@ -62,7 +62,7 @@ async def main() -> None:
     contenders = {"native": Counter}
     [contenders["hosted (isolated)"]] = resolve_environments(["isolated:bench.envs:Counter"], str(ROOT))
     if args.openreward:
-        spec = f"openreward:bench.openreward_counter:Counter@{args.openreward}"
+        spec = f"openreward:bench.reference_envs:Counter@{args.openreward}"
         [contenders["hosted (openreward)"]] = resolve_environments([spec], str(ROOT))
     if args.openenv:
         spec = f"openenv:bench.openenv_counter:CounterEnvironment@{args.openenv}"

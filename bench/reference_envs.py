@@ -3,6 +3,7 @@
     bench/.venvs/openreward/bin/python bench/reference_envs.py --port 8001
 
 They match `bench/envs.py` (Counter) and `ors_server/environments/math.py` (Math, given its task as a task spec).
+bench/hosted.py --openreward also hosts this module's Counter (`openreward:bench.reference_envs:Counter`).
 """
 
 from __future__ import annotations
