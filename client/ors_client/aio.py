@@ -96,6 +96,29 @@ def _jitter(seconds: float) -> float:
     return seconds * random.uniform(0.5, 1.5)
 
 
+async def _back_off(attempt: int) -> None:
+    """Wait before retrying after a connection failed: 0.1 s doubling with each attempt, at most 5 s, jittered."""
+    await _back_off(attempt)
+
+
+class _FullServerWait:
+    """One request's patience with a full server (503): it waits each `Retry-After`, jittered, for up to
+    `wait_when_full` seconds since the first 503."""
+
+    def __init__(self, wait_when_full: float) -> None:
+        self.wait_when_full = wait_when_full
+        self.since: float | None = None
+
+    async def waited(self, response: httpx.Response) -> bool:
+        """Sleep as the 503 asks and say True, or False (no sleep) when that would go past the patience."""
+        self.since = self.since or time.monotonic()
+        wait = _jitter(_retry_after(response) or 1.0)
+        if time.monotonic() + wait - self.since > self.wait_when_full:
+            return False
+        await asyncio.sleep(wait)
+        return True
+
+
 def encode_secrets(secrets: dict[str, str]) -> str:
     """The `X-Secrets` header as the ORS reference server reads it: base64 of `{name: {"value": ...}}`."""
     payload = {name: {"value": value, "allowed_domains": []} for name, value in secrets.items()}
@@ -246,24 +269,21 @@ class AsyncClient:
     ) -> httpx.Response:
         """One request with the client's retries; returns a 2xx response or raises the typed error."""
         attempt = 0
-        full_since: float | None = None
+        full = _FullServerWait(self.wait_when_full)
         while True:
             try:
                 response = await self.send(method, path, json_body, headers)
             except httpx.TransportError as exc:
                 if attempt >= self.retries or not (idempotent or isinstance(exc, _NOT_SENT)):
                     raise ConnectionFailed(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-                await asyncio.sleep(_jitter(min(0.1 * 2**attempt, 5.0)))
+                await _back_off(attempt)
                 attempt += 1
                 continue
             if response.status_code < 400:
                 return response
-            if response.status_code == 503:  # nothing was done: safe to repeat whatever the request
-                full_since = full_since or time.monotonic()
-                wait = _jitter(_retry_after(response) or 1.0)
-                if time.monotonic() + wait - full_since <= self.wait_when_full:
-                    await asyncio.sleep(wait)
-                    continue
+            # A 503 did nothing: safe to repeat whatever the request.
+            if response.status_code == 503 and await full.waited(response):
+                continue
             raise _error(response, session=session)
 
     async def _get(self, path: str) -> Any:
@@ -535,7 +555,7 @@ class AsyncSession:
         # Retrying /create with the same id cannot create two sessions: a repeat of one that went through is
         # refused as "Session already exists", which then means it was ours.
         attempt, repeated = 0, False
-        full_since: float | None = None
+        full = _FullServerWait(self.client.wait_when_full)
         while True:
             try:
                 response = await self.client.send("POST", "/create", body, headers)
@@ -543,19 +563,15 @@ class AsyncSession:
                 if attempt >= self.client.retries:
                     raise ConnectionFailed(f"POST /create: {type(exc).__name__}: {exc}") from exc
                 repeated = repeated or not isinstance(exc, _NOT_SENT)
-                await asyncio.sleep(_jitter(min(0.1 * 2**attempt, 5.0)))
+                await _back_off(attempt)
                 attempt += 1
                 continue
             if response.status_code < 400:
                 break
             if repeated and response.status_code == 400 and "already exists" in _detail(response):
                 break
-            if response.status_code == 503:
-                full_since = full_since or time.monotonic()
-                wait = _jitter(_retry_after(response) or 1.0)
-                if time.monotonic() + wait - full_since <= self.client.wait_when_full:
-                    await asyncio.sleep(wait)
-                    continue
+            if response.status_code == 503 and await full.waited(response):
+                continue
             raise _error(response, session=False)
         try:
             self.idle_timeout = float(response.headers[TIMEOUT_HEADER])
@@ -685,7 +701,7 @@ class AsyncSession:
         path = f"{self._path}/call"
         task_id: str | None = None
         resumes = attempt = 0
-        full_since: float | None = None
+        full = _FullServerWait(self.client.wait_when_full)
         why = ""
         while True:
             self._last_used = time.monotonic()
@@ -695,17 +711,13 @@ class AsyncSession:
                 # Before a task_id, only a connection that never opened proves the call did not start.
                 if (task_id is None and not isinstance(exc, _NOT_SENT)) or attempt >= self.client.retries:
                     raise ConnectionFailed(f"POST {path}: {type(exc).__name__}: {exc}") from exc
-                await asyncio.sleep(_jitter(min(0.1 * 2**attempt, 5.0)))
+                await _back_off(attempt)
                 attempt += 1
                 continue
             try:
                 if response.status_code != 200:
-                    if response.status_code == 503 and task_id is None:
-                        full_since = full_since or time.monotonic()
-                        wait = _jitter(_retry_after(response) or 1.0)
-                        if time.monotonic() + wait - full_since <= self.client.wait_when_full:
-                            await asyncio.sleep(wait)
-                            continue
+                    if response.status_code == 503 and task_id is None and await full.waited(response):
+                        continue
                     raise _error(response, session=True)
                 parser = Parser(self.client.max_event_bytes)
                 parts: list[str] = []
