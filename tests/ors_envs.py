@@ -61,6 +61,14 @@ def gate(tag: str) -> threading.Event:
         return _gates.setdefault(tag, threading.Event())
 
 
+def release_all() -> None:
+    """Open every gate, so nothing a finished test held waits out its bound."""
+    with _lock:
+        gates = list(_gates.values())
+    for event in gates:
+        event.set()
+
+
 def barrier(tag: str, parties: int = 2) -> threading.Barrier:
     with _lock:
         return _barriers.setdefault(tag, threading.Barrier(parties, timeout=5))

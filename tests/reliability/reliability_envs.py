@@ -1,8 +1,9 @@
 """Environments that misbehave on purpose, plus the wire helpers the reliability tests share.
 
-Everything an environment does is written to a journal keyed by the `tag` in its task spec, so a test can
-count setups and teardowns from outside the server. Hanging code waits on a `threading.Event` with a bound
-(`HANG_BOUND`), so a broken test cannot keep a worker thread forever; `release_all()` opens every gate.
+Everything an environment does is written to the journal of `tests.ors_envs`, keyed by the `tag` in its task
+spec, so a test can count setups and teardowns from outside the server. Hanging code waits on a gate of that module
+with a bound (`HANG_BOUND`), so a broken test cannot keep a worker thread forever; its `release_all()` opens every
+gate.
 
 This module is also imported by `ors-server serve --env tests.reliability.reliability_envs:Journaled` in a
 subprocess (the SIGTERM test puts the repository root on PYTHONPATH): `Journaled` appends one line per
@@ -13,9 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import uuid
-from collections import defaultdict
 from typing import Any
 
 import anyio
@@ -23,39 +21,10 @@ import httpx
 from pydantic import BaseModel
 
 from ors_server import Environment, Split, TextBlock, ToolOutput, tool
+from tests.ors_envs import gate, record
 
 HANG_BOUND = 20.0
 """The longest any hanging environment code blocks a worker thread."""
-
-_lock = threading.Lock()
-_journal: defaultdict[str, list[str]] = defaultdict(list)
-_gates: dict[str, threading.Event] = {}
-
-
-def new_tag() -> str:
-    return uuid.uuid4().hex
-
-
-def record(tag: str, what: str) -> None:
-    with _lock:
-        _journal[tag].append(what)
-
-
-def journal(tag: str) -> list[str]:
-    with _lock:
-        return list(_journal.get(tag, []))
-
-
-def gate(tag: str) -> threading.Event:
-    with _lock:
-        return _gates.setdefault(tag, threading.Event())
-
-
-def release_all() -> None:
-    with _lock:
-        gates = list(_gates.values())
-    for event in gates:
-        event.set()
 
 
 class NoteInput(BaseModel):

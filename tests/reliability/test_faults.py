@@ -15,18 +15,15 @@ import httpx
 from ors_server.environments.frozen_lake import FrozenLake
 from ors_server.http.app import create_app
 from ors_server.settings import Settings
+from tests.ors_envs import gate, journal, new_tag, release_all
 from tests.reliability.reliability_envs import (
     ACCEPT_MCP,
     Faulty,
-    gate,
     initialize_body,
-    journal,
     mcp_call,
     mcp_open,
-    new_tag,
     ors_call,
     ors_result,
-    release_all,
 )
 from tests.serving import serve
 

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ors_server.environments.frozen_lake import FrozenLake
 from ors_server.http.app import create_app
 from ors_server.settings import Settings
-from tests.reliability.reliability_envs import ACCEPT_MCP, Faulty, mcp_call, mcp_open, new_tag, ors_call, ors_result
+from tests.ors_envs import new_tag
+from tests.reliability.reliability_envs import ACCEPT_MCP, Faulty, mcp_call, mcp_open, ors_call, ors_result
 from tests.serving import serve
 
 SECRET_HEADER_VALUE = "s3cr3t-from-header-value"
