@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from ors_server.settings import Settings
 from tests.ors_envs import FAST, FailingSetup, Live, MathLike, create, math_task, new_tag
 from tests.raw_http import exchange, websocket_head
 from tests.serving import serve
+from tests.waiting import wait_until
 
 ENVS = [FrozenLake, MathLike, FailingSetup]
 SEED_42_PATH = ["DOWN", "DOWN", "RIGHT", "RIGHT", "DOWN", "RIGHT"]
@@ -94,13 +94,6 @@ def move(action: str) -> dict[str, Any]:
 
 def position(observation_data: dict[str, Any]) -> int:
     return json.loads(observation_data["observation"]["result"]["data"])["position"]
-
-
-def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def ping(live: Live, sid: str) -> int:

@@ -22,14 +22,7 @@ from tests.ors_envs import (
     post_sse,
     sid_header,
 )
-
-
-def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
+from tests.waiting import wait_until
 
 # /delete and /delete_session
 

@@ -4,23 +4,16 @@ keep their thread slot until they really end, and a reset never waits behind a r
 from __future__ import annotations
 
 import re
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
 from tests.faces.mcp_helpers import ACCEPT, INIT_PARAMS
 from tests.ors_envs import count, create, gate, live_server, new_tag, post_sse, sid_header
+from tests.waiting import wait_until
 
 FILL = 40
 """Sync tool calls that fill the default tool pool (and, before pools were split, every worker thread)."""
-
-
-def _wait_until(predicate, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
 
 
 def _metric(text: str, name: str) -> float:
@@ -35,11 +28,11 @@ def test_discovery_lifecycle_and_control_answer_while_hung_tool_calls_fill_the_t
         try:
             sids = [create(live.client, {"question": "q", "answer": "a", "tag": tag}) for _ in range(FILL)]
             spare = create(live.client)
-            _wait_until(lambda: all(s.ready.is_set() for s in live.store.sessions()))
+            wait_until(lambda: all(s.ready.is_set() for s in live.store.sessions()), 10.0)
             hung = [
                 pool.submit(post_sse, live.client, "/mathlike/call", {"name": "wait", "input": {}}, s) for s in sids
             ]
-            _wait_until(lambda: count(tag, "wait-start") == FILL)
+            wait_until(lambda: count(tag, "wait-start") == FILL, 10.0)
 
             with httpx.Client(base_url=live.url, timeout=5) as quick:
                 tasks = quick.post("/mathlike/tasks", json={"split": "train"})
@@ -73,7 +66,7 @@ def test_timed_out_sync_tools_keep_their_thread_slot_until_they_end():
     with live_server(tool_timeout=0.5, tool_threads=2) as live:
         try:
             sids = [create(live.client, {"question": "q", "answer": "a", "tag": tag}) for _ in range(3)]
-            _wait_until(lambda: all(s.ready.is_set() for s in live.store.sessions()))
+            wait_until(lambda: all(s.ready.is_set() for s in live.store.sessions()), 10.0)
             for sid in sids:
                 response, raw = post_sse(live.client, "/mathlike/call", {"name": "wait", "input": {}}, sid)
                 assert response.status_code == 200 and b"did not finish" in raw
@@ -84,6 +77,6 @@ def test_timed_out_sync_tools_keep_their_thread_slot_until_they_end():
             assert _metric(metrics, "ors_overdue_calls") == 2
         finally:
             gate(tag).set()
-        _wait_until(lambda: _metric(live.client.get("/metrics").text, "ors_overdue_calls") == 0)
+        wait_until(lambda: _metric(live.client.get("/metrics").text, "ors_overdue_calls") == 0, 10.0)
         assert _metric(live.client.get("/metrics").text, 'ors_threads_in_use{pool="tools"}') == 0
         assert count(tag, "wait-end") == 2
