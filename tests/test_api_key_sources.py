@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 
 from ors_server.settings import Settings
-from tests.clients.harness import _healthy, _stop, free_port, server_command
+from tests.clients.harness import _healthy, _stop, server_command
+from tests.serving import free_port
 
 KEY = "k3y-from-a-file-or-the-environment"
 

@@ -12,7 +12,6 @@ import contextlib
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients import client_venvs
+from tests.serving import free_port
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 RESULT_PREFIX = "ORS-CLIENT-RESULT "
@@ -46,12 +46,6 @@ class Server:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def server_command() -> list[str]:

@@ -16,9 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.clients.harness import Server, free_port, server_command
+from tests.clients.harness import Server, server_command
 from tests.faces.mcp_helpers import mcp_client
 from tests.hosts.test_openreward import _process
+from tests.serving import free_port
 
 pytestmark = pytest.mark.clients
 
