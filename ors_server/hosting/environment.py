@@ -26,7 +26,9 @@ from pydantic import Field
 from ors_server.environment import Environment, ToolDef
 from ors_server.hosting.pool import HostPool
 from ors_server.hosting.process import HostError, HostFailed, HostProcess, HostSpec
+from ors_server.hosting.sandbox import HostedSandbox
 from ors_server.runtime.tool import EnvironmentLost, Overtime, Refused
+from ors_server.sandboxes.interface import Sandbox
 from ors_server.types import GroupCandidate, GroupScore, ImageBlock, Message, Split, TextBlock, ToolOutput
 
 if TYPE_CHECKING:
@@ -93,6 +95,8 @@ class HostedEnvironment(Environment):
         self.host: HostProcess | None = None
         self.lost: str | None = None
         """Why this instance cannot run any more (its host process died or hung); None while it can."""
+        self.sandbox: Sandbox | None = None
+        """The instance's sandbox for toolsets, in its host process (found at setup, where the class has one)."""
 
     @classmethod
     def _pool(cls) -> HostPool:
@@ -162,6 +166,9 @@ class HostedEnvironment(Environment):
                 raise _raised(exc) from None
             raise
         self.host = host
+        if self.has_toolset_sandbox():
+            found = await self.request("sandbox")
+            self.sandbox = None if found is None else HostedSandbox(self.request, found["workdir"])
 
     async def teardown(self) -> None:
         host, self.host = self.host, None
@@ -230,6 +237,13 @@ class HostedEnvironment(Environment):
     async def score_group(self, candidates: Sequence[GroupCandidate]) -> list[GroupScore]:
         payload = [candidate.model_dump(mode="json") for candidate in candidates]
         return [GroupScore.model_validate(score) for score in await self.request("score_group", payload)]
+
+    @classmethod
+    def has_toolset_sandbox(cls) -> bool:
+        return bool(cls.description.get("extra", {}).get("sandbox"))
+
+    def toolset_sandbox(self) -> Sandbox | None:
+        return self.sandbox
 
     async def list_task_tools(self) -> list[ToolDef]:
         """The task's own tools, as the framework lists them (`openreward`'s `list_task_tools`)."""

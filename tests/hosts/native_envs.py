@@ -1,15 +1,30 @@
-"""A native environment served from host processes (`isolated:native_envs:Fragile`) by tests/hosts/test_isolated.py:
-tools that answer, crash the host process, and hang it, and a task's own tool (`clue`, on train task 1 only)."""
+"""Native environments served from host processes by tests/hosts/test_isolated.py: `Fragile`
+(`isolated:native_envs:Fragile`), with tools that answer, crash the host process, and hang it, and a task's own tool
+(`clue`, on train task 1 only); and `Twin`, served both isolated and in process to compare the two, with everything
+of the newest contract: a task's own tool, a conversation, a `@terminal` submit, group scoring and a sandbox for
+toolsets (`WorkDirectory`)."""
 
 import gc
 import os
+import shutil
 import struct
+import tempfile
 import threading
 import time
 
+import anyio
 from pydantic import BaseModel
 
-from ors_server import Environment, TextBlock, ToolOutput, tool
+from ors_server import (
+    Environment,
+    GroupScore,
+    Message,
+    TextBlock,
+    ToolOutput,
+    terminal,
+    tool,
+)
+from ors_server.sandboxes.interface import CommandResult, Sandbox
 
 
 class EchoInput(BaseModel):
@@ -88,3 +103,93 @@ class Fragile(Environment):
         os.write(host.out_fd, struct.pack(">IQ", 200_000_000, 0) + b"x" * 1_000_000)
         while True:
             time.sleep(3600)
+
+
+class Pair(BaseModel):
+    a: int
+    b: int
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+class WorkDirectory(Sandbox):
+    """A directory of the process's own `/tmp`, in which commands run with `bash -c`: an author's own sandbox (in a
+    host process, the host's confinement is what isolates it)."""
+
+    def __init__(self) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="twin-")
+
+    async def _run(self, command, time_limit, stdin, cwd, max_output):
+        with anyio.move_on_after(time_limit):
+            done = await anyio.run_process(["bash", "-c", command], input=stdin, cwd=cwd, check=False)
+            out, err = done.stdout, done.stderr
+            cut = len(out) > max_output or len(err) > max_output
+            return CommandResult(done.returncode, out[:max_output], err[:max_output], truncated=cut)
+        return CommandResult(124, b"", b"", timed_out=True)
+
+    async def close(self) -> None:
+        await super().close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class Twin(Environment):
+    """Arithmetic with a hint on some tasks, a conversation, a terminal submit, group scoring and a sandbox."""
+
+    @classmethod
+    def list_splits(cls):
+        return ["train"]
+
+    @classmethod
+    def list_tasks(cls, split):
+        return [{"question": "2 + 2", "answer": "4", "hint": "an even number"}, {"question": "3 + 4", "answer": "7"}]
+
+    async def setup(self):
+        self.box = WorkDirectory()
+
+    async def teardown(self):
+        await self.box.close()
+
+    def toolset_sandbox(self):
+        return self.box
+
+    def get_prompt(self):
+        return [TextBlock(text=f"What is {self.task_spec['question']}?")]
+
+    def get_messages(self):
+        return [
+            Message(role="system", blocks=[TextBlock(text="Answer with a number.")]),
+            Message(role="user", blocks=[TextBlock(text=f"What is {self.task_spec['question']}?")]),
+        ]
+
+    def list_task_tools(self):
+        return ["hint"] if "hint" in self.task_spec else []
+
+    @tool
+    def add(self, params: Pair) -> ToolOutput:
+        """Add two integers."""
+        return ToolOutput(blocks=[TextBlock(text=str(params.a + params.b))])
+
+    @tool(shared=False)
+    def hint(self) -> ToolOutput:
+        """A hint for this task."""
+        return ToolOutput(blocks=[TextBlock(text=self.task_spec["hint"])])
+
+    @terminal
+    @tool
+    def submit(self, params: Answer) -> ToolOutput:
+        """Your final answer; ends the episode."""
+        right = params.answer.strip() == self.task_spec["answer"]
+        return ToolOutput(blocks=[TextBlock(text="Correct" if right else "Wrong")], reward=float(right), finished=True)
+
+    def score_group(self, candidates):
+        # Sync, and a bare float for a wrong answer: both as the authoring API allows.
+        if any(c.final_answer() == "boom" for c in candidates):
+            raise ValueError("cannot judge 'boom'")
+        return [
+            GroupScore(reward=1.0, metadata={"said": c.final_answer()})
+            if c.final_answer().strip() == self.task_spec["answer"]
+            else 0.0
+            for c in candidates
+        ]

@@ -1,5 +1,6 @@
 """The host protocol with a native environment (`isolated:`): an environment in host processes behaves as one in
-process through the ORS and MCP faces (a task's own tools included), and a host that crashes or hangs costs only its
+process through the ORS and MCP faces (a task's own tools, a conversation, a terminal tool, group scoring and a
+toolset over its sandbox: `Twin` served both ways, side by side), and a host that crashes or hangs costs only its
 sessions."""
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from ors_server.loading import LoadError, resolve_environments
 from ors_server.settings import Settings
 from tests.clients.harness import _healthy, free_port, server_command
 from tests.faces.mcp_helpers import mcp_client, text
+from tests.hosts.native_envs import Twin
+from tests.ors_envs import parse_sse
 from tests.serving import serve
 
 HERE = Path(__file__).resolve().parent
@@ -42,7 +45,7 @@ def _error(end: dict) -> str:
 @pytest.fixture(scope="module")
 def client():
     # A real server (the MCP client needs one), driven by plain HTTP requests.
-    envs = resolve_environments(["isolated:native_envs:Fragile"], str(HERE))
+    envs = resolve_environments(["isolated:native_envs:Fragile", "isolated:native_envs:Twin"], str(HERE))
     app = create_app(envs, Settings(tool_timeout=3.0, host_sessions=2))
     with serve(app) as url, httpx.Client(base_url=url, timeout=60) as client:
         yield client
@@ -126,6 +129,101 @@ async def test_a_tasks_own_tool_is_listed_and_called_over_mcp_in_its_session_onl
     assert own[-1] == "clue" and "clue" not in plain and "echo" in plain
     assert not answered.is_error and text(answered).startswith("y: task 1, pid ")
     assert refused.is_error
+
+
+async def _play_twin(http: httpx.AsyncClient) -> dict:
+    """Everything of the newest contract, asked of `twin` through raw HTTP: the answers, with what differs from one
+    server to the next by design (task ids, the sandbox's directory) replaced by placeholders."""
+    seen: dict = {"tools": (await http.get("/twin/tools")).json()}
+    hinted, plain = "twin-hinted", "twin-plain"
+    for sid, index, toolset in ((hinted, 0, "claude-code"), (plain, 1, None)):
+        body = {"env_name": "twin", "split": "train", "index": index, "toolset_name": toolset}
+        assert (await http.post("/create", json=body, headers={"X-Session-ID": sid})).status_code == 200
+    refused = await http.post("/create", json={"env_name": "twin", "split": "train", "index": 0, "toolset_name": "vim"})
+    seen["unknown_toolset"] = (refused.status_code, refused.json())
+    workdir = ""
+
+    async def post(sid: str, path: str, body: dict) -> list:
+        answer = await http.post(path, json=body, headers={"X-Session-ID": sid, "Accept": "text/event-stream"})
+        assert answer.status_code == 200, answer.text
+        events = [(e.name, e.data.replace(workdir, "WORK") if workdir else e.data) for e in parse_sse(answer.content)]
+        return [(name, "TASK-ID" if name == "task_id" else data) for name, data in events]
+
+    async def call(sid: str, name: str, arguments: dict) -> list:
+        return await post(sid, "/twin/call", {"name": name, "input": arguments})
+
+    pwd = await call(hinted, "bash", {"command": "pwd"})
+    workdir = json.loads(pwd[-1][1])["output"]["blocks"][0]["text"].split("\n")[0].strip()
+    assert workdir.startswith("/") and "twin-" in workdir, pwd
+    for sid in (hinted, plain):
+        headers = {"X-Session-ID": sid}
+        seen[sid] = {
+            "task_tools": (await http.get("/twin/task_tools", headers=headers)).json(),
+            "messages": (await http.get("/twin/messages", headers=headers)).json(),
+            "prompt": (await http.get("/twin/prompt", headers=headers)).json(),
+        }
+    question = {"role": "user", "blocks": [{"type": "text", "text": "What is 2 + 2?"}]}
+    said = [
+        {"messages": [question, {"role": "assistant", "blocks": [{"type": "text", "text": text}]}]}
+        for text in ("4", "5")
+    ]
+    seen["scores"] = await post(hinted, "/twin/score_group", {"candidates": said})
+    boom = [{"messages": [{"role": "assistant", "blocks": [{"type": "text", "text": "boom"}]}]}]
+    seen["scoring_failed"] = await post(hinted, "/twin/score_group", {"candidates": boom})
+    seen["calls"] = [
+        await call(hinted, "hint", {}),
+        await call(plain, "hint", {}),
+        await call(hinted, "add", {"a": 2, "b": 5}),
+        await call(hinted, "add", {"a": "two"}),
+        await call(hinted, "write", {"file_path": "notes/a.txt", "content": "one\ntwo\n"}),
+        await call(hinted, "edit", {"file_path": "notes/a.txt", "old_string": "two", "new_string": "three"}),
+        await call(hinted, "read", {"file_path": f"{workdir}/notes/a.txt"}),
+        await call(hinted, "read", {"file_path": "missing.txt"}),
+        await call(hinted, "glob", {"pattern": "*.txt"}),
+        await call(hinted, "bash", {"command": "printf 'x\\0y' | od -c | head -1; cat notes/a.txt; exit 3"}),
+        await call(plain, "bash", {"command": "true"}),
+        await call(hinted, "submit", {"answer": "4"}),
+        await call(hinted, "add", {"a": 1, "b": 1}),
+    ]
+    for sid in (hinted, plain):
+        await http.post("/delete", headers={"X-Session-ID": sid})
+    return seen
+
+
+@pytest.mark.anyio
+async def test_an_isolated_native_answers_the_newest_contract_as_in_process(client: httpx.Client) -> None:
+    app = create_app([Twin], Settings(tool_timeout=3.0))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=60) as http:
+            in_process = await _play_twin(http)
+    async with httpx.AsyncClient(base_url=client.base_url, timeout=60) as http:
+        isolated = await _play_twin(http)
+    assert isolated == in_process
+    # And what was compared is the contract, not two equal failures.
+    assert in_process["tools"]["terminal_tool"] == {
+        "name": "submit",
+        "arg": "answer",
+        "description": "Your final answer; ends the episode.",
+    }
+    assert in_process["tools"]["supports_score_group"] is True
+    hinted, plain = in_process["twin-hinted"], in_process["twin-plain"]
+    claude_code = ["bash", "glob", "grep", "read", "write", "edit", "todo_write"]
+    assert [t["name"] for t in hinted["task_tools"]["tools"]] == ["add", "submit", "hint", *claude_code]
+    assert [t["name"] for t in plain["task_tools"]["tools"]] == ["add", "submit"]
+    assert [m["role"] for m in hinted["messages"]] == ["system", "user"]
+    scores = json.loads(in_process["scores"][-1][1])
+    assert [s["reward"] for s in scores["scores"]] == [1.0, 0.0]
+    assert in_process["scoring_failed"][-1] == ("error", "cannot judge 'boom'")
+    calls = [json.loads(events[-1][1]) for events in in_process["calls"]]
+    assert calls[0]["output"]["blocks"][0]["text"] == "an even number" and calls[1]["reason"] == "not_found"
+    assert calls[3]["reason"] == "input_validation"
+    assert "1\tone\n     2\tthree" in calls[6]["output"]["blocks"][0]["text"]
+    assert "missing.txt" in calls[7]["output"]["blocks"][0]["text"]
+    assert "a.txt" in calls[8]["output"]["blocks"][0]["text"]
+    assert (calls[11]["output"]["reward"], calls[11]["output"]["finished"]) == (1.0, True)
+    assert calls[12]["reason"] == "episode_finished"
+    assert in_process["unknown_toolset"][0] == 400
 
 
 def test_a_crashed_host_ends_only_its_sessions_and_is_replaced(client: httpx.Client) -> None:

@@ -2,7 +2,7 @@
 side by side: a task's own tool (`/task_tools`, and the call), a conversation (`/messages`), a `@terminal` tool
 (`terminal_tool` in `/tools`, `call_terminal_tool`), group scoring (`/score_group`, which ends nothing) and
 `/version`. Ours plays the same environment hosted (`openreward:contract:Contract`, tests/hosts/contract.py) and
-written against ors_server's API (tests/clients/contract_envs.py).
+written against ors_server's API (tests/clients/contract_envs.py), in process and in host processes (`isolated:`).
 
 One difference is ours by design: the terminal tool stays in the tool lists (openreward's server hides it), so
 clients that know nothing of terminal tools (TRL 1.16, MCP clients) can still call it.
@@ -29,18 +29,22 @@ def _without_terminal(seen: dict) -> dict:
     return {key: [t for t in value if t != "submit"] if key in lists else value for key, value in seen.items()}
 
 
-@pytest.mark.timeout(900)  # three servers, two of them importing openreward: minutes on a loaded machine
+@pytest.mark.timeout(900)  # four servers, two of them importing openreward: minutes on a loaded machine
 def test_the_newest_contract_is_the_same_on_the_reference_and_on_ours(openreward_python: Path, tmp_path: Path) -> None:
     python = str(openreward_python)
     servers = {
         "reference": [python, str(HERE / "contract.py"), "--port", "{port}"],
         "ours": [*server_command(), "serve", "--port", "{port}", "--env", f"openreward:contract:Contract@{python}"],
         "native": [*server_command(), "serve", "--port", "{port}", "--env", "tests.clients.contract_envs:Contract"],
+        "isolated": [
+            *(server_command() + ["serve", "--port", "{port}"]),
+            *("--env", "isolated:tests.clients.contract_envs:Contract"),
+        ],
     }
     seen = {}
-    with contextlib.ExitStack() as stack, ThreadPoolExecutor(3) as starting:
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(4) as starting:
         # Started together (each takes seconds to import its framework). `_process` gives this checkout to "ours"
-        # only; the native environment imports from it too.
+        # only; the native environments import from it too.
         started = {
             name: starting.submit(
                 stack.enter_context, _process(argv, tmp_path, "reference" if name == "reference" else "ours")
@@ -53,6 +57,7 @@ def test_the_newest_contract_is_the_same_on_the_reference_and_on_ours(openreward
 
     assert _without_terminal(seen["ours"]) == _without_terminal(seen["reference"])
     assert seen["native"] == seen["ours"]
+    assert seen["isolated"] == seen["native"]
     mine = seen["ours"]
     assert mine["terminal_tool"] == {
         "name": "submit",

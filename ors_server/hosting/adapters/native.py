@@ -5,6 +5,7 @@ costs only its host process. The interpreter must have `ors-server` installed (t
 """
 
 import asyncio
+import base64
 import importlib
 import inspect
 
@@ -16,7 +17,7 @@ def load(target, options):
     module_name, _, class_name = target.partition(":")
     try:
         from ors_server.environment import Environment, ToolDef
-        from ors_server.types import Split, ToolOutput
+        from ors_server.types import GroupCandidate, GroupScore, Split, ToolOutput
     except ImportError as exc:
         raise LoadFailed(f"this interpreter has no ors_server package ({exc})") from None
     try:
@@ -28,7 +29,7 @@ def load(target, options):
         raise LoadFailed(f"module '{module_name}' has no class '{class_name}'")
     if not (inspect.isclass(found) and issubclass(found, Environment)):
         raise LoadFailed(f"'{class_name}' in module '{module_name}' is not an ors_server Environment subclass")
-    return NativeAdapter(found, Split, ToolOutput, ToolDef)
+    return NativeAdapter(found, Environment, Split, ToolOutput, ToolDef, GroupCandidate, GroupScore)
 
 
 async def _run(function, *args, **kwargs):
@@ -43,13 +44,18 @@ def _described(spec):
 
 
 class NativeAdapter:
-    def __init__(self, cls, split_type, output_type, tool_type):
+    def __init__(self, cls, base, split_type, output_type, tool_type, candidate_type, score_type):
         self.cls = cls
+        self.base = base
         self.split_type = split_type
         self.output_type = output_type
         self.tool_type = tool_type
+        self.candidate_type = candidate_type
+        self.score_type = score_type
         self.task_tools = {}
         """Each live instance's own tools, by `id(instance)` (forgotten at its `delete`)."""
+        self.sandboxes = {}
+        """Each live instance's sandbox for toolsets, by `id(instance)`, once the server has asked for it."""
 
     def describe(self):
         # The shared tools only: a task's own (`@tool(shared=False)`, or made at run time) are each session's,
@@ -60,12 +66,65 @@ class NativeAdapter:
             "description": (self.cls.__doc__ or "").strip(),
             "splits": [self.split_type.of(s).model_dump() for s in self.cls.list_splits()],
             "tools": tools,
-            "extra": {"task_tools": self.cls.has_task_tools()},
+            "extra": {
+                "task_tools": self.cls.has_task_tools(),
+                "score_group": self.cls.supports_score_group(),
+                "messages": self.cls.get_messages is not self.base.get_messages,
+                "sandbox": self.cls.has_toolset_sandbox(),
+            },
         }
 
     async def request(self, instance, name, payload):
         if name == "task_tools":
             return [_described(t) for t in (await self._task_tools(instance)).values()]
+        if name == "messages":
+            return [message.model_dump(mode="json") for message in await _run(instance.get_messages)]
+        if name == "score_group":
+            candidates = [self.candidate_type.model_validate(c) for c in payload]
+            scores = await _run(instance.score_group, candidates)
+            return [
+                (s if isinstance(s, self.score_type) else self.score_type(reward=float(s))).model_dump(mode="json")
+                for s in scores
+            ]
+        if name.startswith("sandbox"):
+            return await self._sandbox(instance, name, payload)
+        raise Refused("not_found", f"the native adapter answers no request '{name}'")
+
+    async def _sandbox(self, instance, name, payload):
+        """The instance's `toolset_sandbox()`, which the server's toolsets act on through these requests: `sandbox`
+        (its working directory, or None), then `sandbox_run`, `sandbox_read` and `sandbox_write` (bytes as
+        base64), each answered by the sandbox's own method, errors included."""
+        if name == "sandbox":
+            sandbox = await _run(instance.toolset_sandbox)
+            if sandbox is None:
+                return None
+            self.sandboxes[id(instance)] = sandbox
+            return {"workdir": sandbox.workdir}
+        sandbox = self.sandboxes.get(id(instance))
+        if sandbox is None:
+            raise RuntimeError("this episode has no sandbox for toolsets")
+        if name == "sandbox_run":
+            stdin = payload.get("stdin")
+            result = await sandbox.run(
+                payload["command"],
+                time_limit=payload["time_limit"],
+                stdin=None if stdin is None else base64.b64decode(stdin),
+                cwd=payload.get("cwd"),
+                max_output=payload["max_output"],
+            )
+            return {
+                "exit_code": result.exit_code,
+                "stdout": base64.b64encode(result.stdout).decode(),
+                "stderr": base64.b64encode(result.stderr).decode(),
+                "truncated": result.truncated,
+                "timed_out": result.timed_out,
+            }
+        if name == "sandbox_read":
+            data = await sandbox.read_file(payload["path"], max_bytes=payload["max_bytes"])
+            return base64.b64encode(data).decode()
+        if name == "sandbox_write":
+            await sandbox.write_file(payload["path"], base64.b64decode(payload["data"]))
+            return None
         raise Refused("not_found", f"the native adapter answers no request '{name}'")
 
     async def _task_tools(self, instance):
@@ -111,7 +170,9 @@ class NativeAdapter:
             try:
                 args = (spec.input_model.model_validate(arguments or {}),)
             except ValueError as exc:
-                raise Refused("input_validation", f"Tool input validation error: {exc}") from None
+                # As the server says it in process: without the input (it may hold what the agent typed).
+                errors = exc.errors(include_url=False, include_context=False, include_input=False)
+                raise Refused("input_validation", f"Tool input validation error: {errors}") from None
         elif arguments:
             raise Refused("input_validation", f"Tool input validation error: '{tool}' takes no arguments") from None
         output = await _run(spec.function, instance, *args)
@@ -127,4 +188,5 @@ class NativeAdapter:
 
     async def delete(self, instance):
         self.task_tools.pop(id(instance), None)
+        self.sandboxes.pop(id(instance), None)
         await _run(instance.teardown)
