@@ -1,4 +1,6 @@
-"""TRL 1.16's own ORS integration (`trl.experimental.openreward`) against servers: `trl_openreward.py KIND=URL ...`.
+"""TRL 1.16's own ORS integration (`trl.experimental.openreward`) against servers:
+`trl_openreward.py [GROUP/]KIND=URL ...` (GROUP tells apart servers of one KIND, e.g. one process and two workers:
+one TRL import plays them all).
 
 What a GRPO run does with it, without a model: `OpenRewardSpec(URL)` builds the dataset and discovers the tools
 (per-task ones through a probe session's `/task_tools`), `environment_factory()` makes the rollout environment,
@@ -8,7 +10,7 @@ KIND picks the scripted actions and names the environment (`OpenRewardSpec(env_n
 hosted openreward environment whose first task adds a `hint` tool). TRL passes no variant: the SDK reaches the
 server's environment at its bare paths, on the hosts `OPENREWARD_API_URL` and `OPENREWARD_SESSION_URL` name.
 
-Prints one line `ORS-CLIENT-RESULT <json>`. Runs in the trl venv.
+Prints one line `ORS-CLIENT-RESULT <json>`, what each `[GROUP/]KIND` saw. Runs in the trl venv.
 """
 
 from __future__ import annotations
@@ -117,11 +119,12 @@ PLAYS = {"math": play_math, "frozen_lake": play_frozen_lake, "shell": play_shell
 def main() -> None:
     global ENV_NAME
     seen = {}
-    for arg in sys.argv[1:]:  # KIND=URL, each environment on a server of its own
-        kind, url = arg.split("=", 1)
+    for arg in sys.argv[1:]:  # [GROUP/]KIND=URL, each environment on a server of its own
+        label, url = arg.split("=", 1)
+        kind = label.rsplit("/", 1)[-1]
         ENV_NAME = kind
         os.environ["OPENREWARD_API_URL"] = os.environ["OPENREWARD_SESSION_URL"] = url
-        seen[kind] = PLAYS[kind](url)
+        seen[label] = PLAYS[kind](url)
     print("ORS-CLIENT-RESULT " + json.dumps(seen), flush=True)
 
 
