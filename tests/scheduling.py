@@ -20,7 +20,8 @@ from xdist.workermanage import WorkerController
 
 SECONDS: dict[str, float] = {
     "tests/clients/test_openenv_client.py": 780,
-    "tests/hosts/test_openreward.py": 600,
+    "tests/hosts/test_openreward.py": 300,
+    "tests/hosts/test_openreward_startup.py": 300,
     "tests/test_docs_examples.py": 545,
     "tests/clients/test_trl.py": 405,
     "tests/clients/test_through_front.py": 365,
