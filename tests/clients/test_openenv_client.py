@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.harness import client_env, run_script
+from tests.clients.harness import client_env, run_script, run_server
 
 pytestmark = pytest.mark.clients
 
@@ -169,22 +169,32 @@ def test_math_over_the_openenv_face_rewards_the_right_answer(played):
     assert result["state"]["step_count"] == 1
 
 
-def test_clients_given_the_servers_api_key_play_unchanged(openenv_python, start_server, run_client):
-    server = start_server("--api-key", "s3cret-key")
+@pytest.fixture(scope="module")
+def keyed(openenv_python, tmp_path_factory) -> dict:
+    """One run on a server started with `--api-key`: two scenarios given the key, and both clients without it (that
+    scenario passes no key whatever the environment says)."""
     key = {"ORS_TEST_API_KEY": "s3cret-key"}
-    result = run_client(
-        openenv_python, "openenv_client.py", server.url, "frozen_lake_async", "mcp_tool", server=server, env=key
-    )
+    with run_server(tmp_path_factory.mktemp("keyed"), "--api-key", "s3cret-key") as server:
+        return run_script(
+            openenv_python,
+            "openenv_client.py",
+            server.url,
+            "frozen_lake_async",
+            "mcp_tool",
+            "refused_without_key",
+            home=tmp_path_factory.mktemp("keyed-home"),
+            server=server,
+            env=key,
+        )
 
-    assert scenario(result, "frozen_lake_async")["steps"][-1]["reward"] == 1.0
-    assert scenario(result, "mcp_tool")["ping_after_close"] in (404, 410)
+
+def test_clients_given_the_servers_api_key_play_unchanged(keyed):
+    assert scenario(keyed, "frozen_lake_async")["steps"][-1]["reward"] == 1.0
+    assert scenario(keyed, "mcp_tool")["ping_after_close"] in (404, 410)
 
 
-def test_clients_without_the_key_are_refused(openenv_python, start_server, run_client):
-    server = start_server("--api-key", "s3cret-key")
-    result = run_client(openenv_python, "openenv_client.py", server.url, "refused_without_key", server=server)
-
-    refused = scenario(result, "refused_without_key")
+def test_clients_without_the_key_are_refused(keyed):
+    refused = scenario(keyed, "refused_without_key")
     assert refused["generic"]["error"]["type"] == "ConnectionError"
     assert "401" in refused["generic"]["error"]["message"]
     assert refused["mcp_tool"]["error"]["type"] == "HTTPStatusError"
