@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -25,6 +26,27 @@ def step_record(result: Any) -> dict:
     if hasattr(observation, "model_dump"):
         observation = observation.model_dump(mode="json")
     return {"observation": observation, "reward": result.reward, "done": result.done, "metadata": result.metadata}
+
+
+LAKE_MOVES = {"LEFT": (0, -1), "DOWN": (1, 0), "RIGHT": (0, 1), "UP": (-1, 0)}
+
+
+def lake_route(rows: list[str]) -> list[str]:
+    """The shortest safe route on a FrozenLake grid's rows, from `x` (or `S`) to `G` around the holes (breadth
+    first): the scripted agent's moves."""
+    start = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell in "xS")
+    routes: dict[tuple[int, int], list[str]] = {start: []}
+    queue = collections.deque([start])
+    while queue:
+        r, c = queue.popleft()
+        if rows[r][c] == "G":
+            return routes[(r, c)]
+        for name, (dr, dc) in LAKE_MOVES.items():
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < len(rows) and 0 <= nc < len(rows[0]) and rows[nr][nc] != "H" and (nr, nc) not in routes:
+                routes[(nr, nc)] = [*routes[(r, c)], name]
+                queue.append((nr, nc))
+    raise RuntimeError(f"no route on {rows}")
 
 
 API_KEY = os.environ.get("ORS_TEST_API_KEY")

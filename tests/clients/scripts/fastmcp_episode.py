@@ -12,27 +12,9 @@ import json
 import sys
 import uuid
 
-from _common import post, report
+from _common import lake_route, post, report
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
-
-MOVES = {"LEFT": (0, -1), "DOWN": (1, 0), "RIGHT": (0, 1), "UP": (-1, 0)}
-
-
-def route(grid: str) -> list[str]:
-    rows = grid.split("\n")
-    start = next((r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell == "x")
-    routes, frontier = {start: []}, [start]
-    while frontier:
-        r, c = frontier.pop(0)
-        if rows[r][c] == "G":
-            return routes[(r, c)]
-        for name, (dr, dc) in MOVES.items():
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < len(rows) and 0 <= nc < len(rows[0]) and rows[nr][nc] != "H" and (nr, nc) not in routes:
-                routes[(nr, nc)] = [*routes[(r, c)], name]
-                frontier.append((nr, nc))
-    raise RuntimeError(f"no route on {grid!r}")
 
 
 def create(base: str, seed: int) -> str:
@@ -48,7 +30,7 @@ async def play(client: Client) -> dict:
     prompt = (await client.get_prompt("task")).messages[0].content.text
     grid = json.loads(prompt.split("Initial observation:\n", 1)[1])["grid"]
     steps = []
-    for action in route(grid):
+    for action in lake_route(grid.split("\n")):
         result = await client.call_tool("lake_move", {"action": action})
         steps.append({"text": result.content[0].text, "structured": result.structured_content})
     version = getattr(client.session, "protocol_version", None)

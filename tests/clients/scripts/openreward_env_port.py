@@ -12,29 +12,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections import deque
 
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
 
-from _common import report  # noqa: E402
+from _common import lake_route, report  # noqa: E402
 from openreward import OpenReward  # noqa: E402
-
-
-def route(grid: list[str]) -> list[str]:
-    """The moves from x to G around the holes (breadth first)."""
-    start = next((r, c) for r, row in enumerate(grid) for c, cell in enumerate(row) if cell == "x")
-    moves = {"LEFT": (0, -1), "DOWN": (1, 0), "RIGHT": (0, 1), "UP": (-1, 0)}
-    seen, queue = {start: []}, deque([start])
-    while queue:
-        r, c = queue.popleft()
-        if grid[r][c] == "G":
-            return seen[(r, c)]
-        for name, (dr, dc) in moves.items():
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < len(grid) and 0 <= nc < len(grid[0]) and grid[nr][nc] != "H" and (nr, nc) not in seen:
-                seen[(nr, nc)] = [*seen[(r, c)], name]
-                queue.append((nr, nc))
-    raise RuntimeError(f"no route on {grid}")
 
 
 def play(port_url: str, main_url: str) -> dict:
@@ -47,7 +29,7 @@ def play(port_url: str, main_url: str) -> dict:
         with env.session(split="train", index=0) as session:
             prompt = session.get_prompt()[0].text
             grid = json.loads(prompt.split("Initial observation:\n", 1)[1])["grid"].split("\n")
-            outputs = [session.call_tool("lake_move", {"action": move}) for move in route(grid)]
+            outputs = [session.call_tool("lake_move", {"action": move}) for move in lake_route(grid)]
             seen["rewards"] = [output.reward for output in outputs]
             seen["finished"] = outputs[-1].finished
         seen["main_tools"] = [tool.name for tool in client.environments.get("any", base_url=main_url).list_tools()]

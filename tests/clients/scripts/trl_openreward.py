@@ -19,10 +19,10 @@ import inspect
 import json
 import os
 import sys
-from collections import deque
 
 os.environ.setdefault("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
 
+from _common import lake_route  # noqa: E402
 from trl.experimental.openreward import OpenRewardSpec  # noqa: E402
 
 
@@ -33,24 +33,6 @@ def _tools(env) -> list[str]:
         for name, member in inspect.getmembers(type(env), inspect.isfunction)
         if not name.startswith("_") and name != "reset"
     )
-
-
-def _path(grid: list[str]) -> list[str]:
-    """The moves from x to G around the holes (breadth first)."""
-    size = len(grid)
-    start = next((r, c) for r in range(size) for c in range(size) if grid[r][c] == "x")
-    moves = {"LEFT": (0, -1), "DOWN": (1, 0), "RIGHT": (0, 1), "UP": (-1, 0)}
-    seen, queue = {start: []}, deque([start])
-    while queue:
-        r, c = queue.popleft()
-        if grid[r][c] == "G":
-            return seen[(r, c)]
-        for name, (dr, dc) in moves.items():
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < size and 0 <= nc < size and grid[nr][nc] != "H" and (nr, nc) not in seen:
-                seen[(nr, nc)] = [*seen[(r, c)], name]
-                queue.append((nr, nc))
-    raise RuntimeError(f"no path on {grid}")
 
 
 def play_math(url: str) -> dict:
@@ -78,7 +60,7 @@ def play_frozen_lake(url: str) -> dict:
     seen = {"tools": _tools(env)}
     prompt = env.reset(task_index=0)
     grid = json.loads(prompt.split("Initial observation:\n", 1)[1])["grid"].split("\n")
-    seen["moves"] = [env.lake_move(action=move) for move in _path(grid)]
+    seen["moves"] = [env.lake_move(action=move) for move in lake_route(grid)]
     seen["finished"] = env.finished
     seen["reward"] = spec.reward_funcs([env])
     seen["bad_action"] = env.reset(task_index=0) and env.lake_move(action="SIDEWAYS")

@@ -14,28 +14,10 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections import deque
 from types import SimpleNamespace
 
+from _common import lake_route
 from verifiers.v1.tasksets.openenv.taskset import OpenEnvConfig, OpenEnvEnv, OpenEnvTaskset
-
-
-def path(grid: list[str]) -> list[str]:
-    """The moves from x (or S) to G around the holes (breadth first)."""
-    size = len(grid)
-    start = next((r, c) for r in range(size) for c in range(size) if grid[r][c] in "xS")
-    moves = {"LEFT": (0, -1), "DOWN": (1, 0), "RIGHT": (0, 1), "UP": (-1, 0)}
-    seen, queue = {start: []}, deque([start])
-    while queue:
-        r, c = queue.popleft()
-        if grid[r][c] == "G":
-            return seen[(r, c)]
-        for name, (dr, dc) in moves.items():
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < size and 0 <= nc < size and grid[nr][nc] != "H" and (nr, nc) not in seen:
-                seen[(nr, nc)] = [*seen[(r, c)], name]
-                queue.append((nr, nc))
-    raise RuntimeError(f"no path on {grid}")
 
 
 class Trace:
@@ -63,7 +45,7 @@ class Interaction:
         seen = json.loads(payload)
         self.payloads.append(seen)
         if self.plan is None:
-            self.plan = path(seen["observation"]["grid"].split("\n"))
+            self.plan = lake_route(seen["observation"]["grid"].split("\n"))
         move = self.plan.pop(0)
         reply = json.dumps({"tool_name": "lake_move", "arguments": {"action": move}})
         self.replies.append(reply)
