@@ -7,47 +7,12 @@
 
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
+import { KEY, create, route } from "./_lake.mjs";
 
 const [sdkDir, base] = process.argv.slice(2);
 const load = (file) => import(pathToFileURL(join(sdkDir, "dist/esm/client", file)).href);
 const { Client } = await load("index.js");
 const { StreamableHTTPClientTransport } = await load("streamableHttp.js");
-
-const KEY = process.env.ORS_TEST_API_KEY ? { "X-API-Key": process.env.ORS_TEST_API_KEY } : {};
-const MOVES = { LEFT: [0, -1], DOWN: [1, 0], RIGHT: [0, 1], UP: [-1, 0] };
-
-function route(grid) {
-  const rows = grid.split("\n");
-  const at = (r, c) => rows[r][c];
-  let start;
-  rows.forEach((row, r) => [...row].forEach((cell, c) => { if (cell === "x") start = [r, c]; }));
-  const routes = new Map([[start.join(), []]]);
-  const frontier = [start];
-  while (frontier.length) {
-    const [r, c] = frontier.shift();
-    if (at(r, c) === "G") return routes.get([r, c].join());
-    for (const [name, [dr, dc]] of Object.entries(MOVES)) {
-      const [nr, nc] = [r + dr, c + dc];
-      const key = [nr, nc].join();
-      if (nr >= 0 && nr < rows.length && nc >= 0 && nc < rows[0].length && at(nr, nc) !== "H" && !routes.has(key)) {
-        routes.set(key, [...routes.get([r, c].join()), name]);
-        frontier.push([nr, nc]);
-      }
-    }
-  }
-  throw new Error(`no route on ${JSON.stringify(grid)}`);
-}
-
-async function create(seed) {
-  const sid = `mcp-ts-${Math.random().toString(16).slice(2, 14)}`;
-  const response = await fetch(`${base}/create`, {
-    method: "POST",
-    headers: { "X-Session-ID": sid, "Content-Type": "application/json", ...KEY },
-    body: JSON.stringify({ env_name: "frozen_lake", task_spec: { seed } }),
-  });
-  if (response.status !== 200) throw new Error(`/create answered ${response.status}: ${await response.text()}`);
-  return sid;
-}
 
 async function play(url, headers = {}) {
   const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { ...headers, ...KEY } } });
@@ -69,8 +34,8 @@ async function play(url, headers = {}) {
 }
 
 const out = {
-  episode_url: await play(`${base}/frozen_lake/mcp/episodes/${await create(3)}`),
-  x_session_id: await play(`${base}/frozen_lake/mcp`, { "X-Session-ID": await create(4) }),
+  episode_url: await play(`${base}/frozen_lake/mcp/episodes/${await create(base, 3, "mcp-ts")}`),
+  x_session_id: await play(`${base}/frozen_lake/mcp`, { "X-Session-ID": await create(base, 4, "mcp-ts") }),
   protocol_session: await play(`${base}/frozen_lake/mcp`),
   plain_default_url: await play(`${base}/mcp`),
 };
