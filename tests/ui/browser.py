@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+WAIT_MS = 15_000
+"""A bound on each wait for the page, generous for a loaded machine."""
 CHROMIUM_ENV = "ORS_CHROMIUM"
 """Where the chromium binary is, if not `chromium` on PATH (Debian's package puts it at /usr/bin/chromium)."""
 
@@ -43,3 +45,20 @@ def log_in(page: Any, base: str, key: str, path: str = "/ui") -> None:
     page.fill("input[name=key]", key)
     page.click("#login button[type=submit]")
     page.wait_for_url(base + path)
+
+
+@contextmanager
+def logged_in_page(browser: Any, base: str, key: str, path: str = "/ui/play") -> Iterator[Any]:
+    """A page of a fresh browser context (its own cookies), logged in at `path`; on leaving, it fails the test if
+    the Content-Security-Policy refused anything (the page itself never does what it forbids)."""
+    context = browser.new_context()
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    refused: list[str] = []
+    page.on(
+        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
+    )
+    log_in(page, base, key, path)
+    yield page
+    context.close()
+    assert refused == []

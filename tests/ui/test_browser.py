@@ -16,11 +16,10 @@ from ors_server.environments.math import TASKS, Math
 from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.serving import serve
-from tests.ui.browser import chromium, log_in
+from tests.ui.browser import WAIT_MS, chromium, logged_in_page
 from tests.ui.ui_envs import Echo
 
 KEY = "ui-test-key-3f9a"
-WAIT_MS = 15_000  # a bound on each wait for the page, generous for a loaded machine
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +44,8 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, base: str) -> Iterator[Any]:
-    """A page of a fresh context, logged in."""
-    context = browser.new_context()
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
-    refused: list[str] = []  # what the Content-Security-Policy refused: nothing the page itself does
-    page.on(
-        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
-    )
-    log_in(page, base, KEY, "/ui/play")
-    yield page
-    context.close()
-    assert refused == []
+    with logged_in_page(browser, base, KEY) as page:
+        yield page
 
 
 def test_without_the_key_the_page_shows_the_login_form_and_reads_nothing(browser: Any, base: str) -> None:

@@ -21,10 +21,9 @@ from ors_server.http.app import create_app
 from ors_server.settings import Settings
 from tests.records.helpers import episode, until
 from tests.serving import serve
-from tests.ui.browser import chromium, log_in
+from tests.ui.browser import chromium, logged_in_page
 
 KEY = "dashboard-key-82d1"
-WAIT_MS = 15_000
 SUITE = f"suite={uuid.uuid4().hex[:8]}"  # every episode of this module carries it: the filters select only these
 SANDBOX = "bwrap" if bwrap_problem() is None else "none"
 LAKE_STEPS = [
@@ -102,17 +101,8 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, base: str) -> Iterator[Any]:
-    context = browser.new_context()
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
-    refused: list[str] = []
-    page.on(
-        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
-    )
-    log_in(page, base, KEY, "/ui/play")
-    yield page
-    context.close()
-    assert refused == []
+    with logged_in_page(browser, base, KEY) as page:
+        yield page
 
 
 def figure(page: Any, name: str) -> str:
