@@ -29,7 +29,9 @@ from tests.serving import free_port
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 RESULT_PREFIX = "ORS-CLIENT-RESULT "
 
-SERVER_START_TIMEOUT = 30.0
+SERVER_START_TIMEOUT = 180.0
+"""A bound, not an expectation: a healthy server answers in seconds, but when pytest-xdist starts the slowest modules
+together on a loaded 2-core machine an import can take a minute."""
 SERVER_STOP_TIMEOUT = 45.0
 """Above the default shutdown grace (10 s) plus time to tear sessions down."""
 LOOPBACK = "127.0.0.1,localhost"

@@ -31,7 +31,7 @@ from tests.serving import free_port, serve
 pytestmark = [pytest.mark.clients, pytest.mark.anyio]
 
 ENVS = Path(__file__).resolve().parent / "openenv_envs"
-START_TIMEOUT = 60.0
+START_TIMEOUT = 180.0
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from tests.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOKUP_HEADER = "x-ors-lookup"
-START_TIMEOUT = 90.0
+START_TIMEOUT = 180.0
 STOP_TIMEOUT = 60.0
 
 
