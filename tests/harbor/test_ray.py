@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,6 +16,7 @@ from ors_server.sandboxes.podman import HARBOR_LABEL, OWNER_LABEL, Podman
 from tests.harbor.harbor_helpers import TASKS, Episode, base_image_ready, harbor_dir, needs_podman, solution
 from tests.harbor.test_cleanup import of_env
 from tests.scale.deployment import Deployment, stop, wait_healthy
+from tests.scale.ray_cluster import local_ray_cluster
 from tests.serving import free_port
 
 # Found, not imported: collection runs in every xdist worker, and Ray's import costs a second or more of CPU there.
@@ -25,14 +24,6 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("the ray extra is part of the test extra", allow_module_level=True)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
-
-ROOT = Path(__file__).resolve().parents[2]
-RAY_ENV = {
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-}
-NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
 
 
 def owners(env: str) -> set[str]:
@@ -51,15 +42,7 @@ def test_each_ray_worker_serves_harbor_episodes_from_containers_of_its_own(tmp_p
     needs_podman()
     base_image_ready()
     env = f"tb{uuid.uuid4().hex[:8]}"
-    saved = {name: os.environ.get(name) for name in RAY_ENV}
-    sigterm = signal.getsignal(signal.SIGTERM)
-    os.environ.update(RAY_ENV)
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
-    try:
-        cluster.add_node(**NODE)
-        cluster.wait_for_nodes()
+    with local_ray_cluster() as (cluster, _):
         port = free_port()
         command = [sys.executable, "-m", "ors_server.cli", "serve", "--port", str(port), "--workers", "2"]
         command += ["--ray", cluster.address, "--env", f"harbor:{TASKS}?name={env}", "--records", "off"]
@@ -81,13 +64,4 @@ def test_each_ray_worker_serves_harbor_episodes_from_containers_of_its_own(tmp_p
                     episode.delete()
         finally:
             stop(process)
-    finally:
-        cluster.shutdown()
-        if sigterm is not None:
-            signal.signal(signal.SIGTERM, sigterm)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     assert of_env(env) == []

@@ -10,7 +10,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,8 @@ import pytest
 
 from ors_server.ids import WorkerTag
 from tests.faces.mcp_helpers import ACCEPT, mcp_client, raw_initialize, text
-from tests.scale.deployment import ROOT, Deployment, live_sessions, minted_by, stop, wait_healthy
+from tests.scale.deployment import Deployment, live_sessions, minted_by, stop, wait_healthy
+from tests.scale.ray_cluster import local_ray_cluster
 from tests.scale.test_placement import hashing_to_worker_0
 from tests.scale.test_workers import COUNTER, key, ors_session, sse_call
 from tests.serving import free_port
@@ -44,14 +44,7 @@ if importlib.util.find_spec("ray") is None:
 
 pytestmark = [pytest.mark.ray, pytest.mark.anyio, pytest.mark.timeout(600)]
 
-RAY_ENV = {
-    "RAY_AUTH_MODE": "disabled",
-    # Ray resolves "this node" through the outside interface unless told it is a single-machine cluster.
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-}
 RAY_START_TIMEOUT = 240.0
-NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
 
 
 @dataclass
@@ -70,17 +63,8 @@ def ray_pids(cluster: Any) -> list[int]:
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment]:
-    saved = {name: os.environ.get(name) for name in RAY_ENV}
-    # The head node installs a SIGTERM handler in this process that outlives `cluster.shutdown()`: put ours back.
-    sigterm = signal.getsignal(signal.SIGTERM)
-    os.environ.update(RAY_ENV)  # the cluster's processes (and so the worker actors) inherit these
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     pids: list[int] = []
-    try:
-        worker_node = cluster.add_node(**NODE)
-        cluster.wait_for_nodes()
+    with local_ray_cluster() as (cluster, worker_node):
         pids = ray_pids(cluster)
         port, guess_port = free_port(), free_port()
         log = tmp_path_factory.mktemp("ray") / "front.log"
@@ -102,15 +86,6 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayDeployment
             yield RayDeployment(front, cluster, worker_node, project, f"http://127.0.0.1:{guess_port}")
         finally:
             stop(process)
-    finally:
-        cluster.shutdown()
-        if sigterm is not None:
-            signal.signal(signal.SIGTERM, sigterm)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     # No Ray process outlives the module.
     deadline = time.monotonic() + 30
     while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
