@@ -173,18 +173,22 @@ async def start_sandbox(sandbox: SandboxMode, tmp_bytes: int) -> Started:
             # bwrap reads the filter once, at its start: the fd is closed as soon as the process runs.
             with closing_fd(seccomp_fd(no_fork=True) if sandbox == "bwrap" else None) as seccomp:
                 how = launch(sandbox, child_program(), str(workdir or "/"), seccomp, tmp_bytes=tmp_bytes)
-                # `subprocess` starts it with vfork, in well under a millisecond. The event loop's own way (uvloop's,
-                # the server's loop) forks: it copies the server's page tables, which stops every call for ~10 ms.
-                process = subprocess.Popen(  # noqa: ASYNC220  (vfork: see above)
-                    how.argv,
-                    stdin=theirs.fileno(),
-                    stdout=theirs.fileno(),
-                    stderr=subprocess.PIPE,
-                    cwd=how.cwd,
-                    env=how.env,
-                    start_new_session=True,  # one process group: the kill reaches everything the step started
-                    pass_fds=how.pass_fds,
-                )
+                try:
+                    # `subprocess` starts it with vfork, in well under a millisecond. The event loop's own way
+                    # (uvloop's, the server's loop) forks: it copies the server's page tables, which stops every call
+                    # for ~10 ms.
+                    process = subprocess.Popen(  # noqa: ASYNC220  (vfork: see above)
+                        how.argv,
+                        stdin=theirs.fileno(),
+                        stdout=theirs.fileno(),
+                        stderr=subprocess.PIPE,
+                        cwd=how.cwd,
+                        env=how.env,
+                        start_new_session=True,  # one process group: the kill reaches everything the step started
+                        pass_fds=how.pass_fds,
+                    )
+                finally:
+                    how.close()
         except BaseException:
             ours.close()
             raise

@@ -20,6 +20,7 @@ user does. It exists for machines without bubblewrap, and the server says so lou
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -29,7 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
-from ors_server.sandboxes.bubblewrap import as_agent, bwrap_argv, optional_flags, root_dirs
+from ors_server.sandboxes.bubblewrap import as_agent, bwrap_argv, optional_flags, options_by_fd, root_dirs
 
 SandboxMode = Literal["bwrap", "none"]
 SANDBOX_ENV = "ORS_CODEACT_SANDBOX"
@@ -76,10 +77,18 @@ def bwrap_problem() -> str | None:
             started = launch("bwrap", "pass", workdir, None, python=python)
             try:
                 done = subprocess.run(
-                    started.argv, env=started.env, cwd=started.cwd, capture_output=True, timeout=30, check=False
+                    started.argv,
+                    env=started.env,
+                    cwd=started.cwd,
+                    capture_output=True,
+                    timeout=30,
+                    check=False,
+                    pass_fds=started.pass_fds,
                 )
             except (OSError, subprocess.TimeoutExpired) as exc:
                 return f"bwrap did not run: {exc}"
+            finally:
+                started.close()
         if done.returncode == 0:
             _chosen["python"] = python
             return None
@@ -101,12 +110,19 @@ def python_candidates() -> list[str]:
 
 @dataclass(frozen=True)
 class Launch:
-    """The command and environment that start one step's process, and the fds it must inherit."""
+    """The command and environment that start one step's process, and the fds it must inherit; `close()` the
+    fds it owns (bubblewrap's options) once it has started."""
 
     argv: list[str]
     env: dict[str, str]
     cwd: str
     pass_fds: tuple[int, ...] = ()
+    owned_fds: tuple[int, ...] = ()
+
+    def close(self) -> None:
+        for fd in self.owned_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _python_binds(python: str) -> list[str]:
@@ -135,14 +151,16 @@ def launch(
         return Launch(command, {**clean_env, "HOME": workdir, "TMPDIR": workdir}, workdir)
     if shutil.which("bwrap") is None:
         raise SandboxUnavailable("bwrap is not installed (apt-get install bubblewrap)")
-    argv = bwrap_argv(
-        command,
-        read_only=root_dirs(*_python_binds(python)),
-        tmp_bytes=tmp_bytes,
-        chdir="/tmp",
-        env=clean_env,
-        seccomp_fd=seccomp_fd,
-        flags=optional_flags(),
+    argv, options = options_by_fd(
+        bwrap_argv(
+            command,
+            read_only=root_dirs(*_python_binds(python)),
+            tmp_bytes=tmp_bytes,
+            chdir="/tmp",
+            env=clean_env,
+            seccomp_fd=seccomp_fd,
+            flags=optional_flags(),
+        )
     )
-    fds = () if seccomp_fd is None else (seccomp_fd,)
-    return Launch(as_agent(argv), {"PATH": "/usr/bin:/bin"}, "/", fds)
+    fds = (options,) if seccomp_fd is None else (seccomp_fd, options)
+    return Launch(as_agent(argv), {"PATH": "/usr/bin:/bin"}, "/", fds, owned_fds=(options,))

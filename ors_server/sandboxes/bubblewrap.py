@@ -11,6 +11,8 @@ tool servers keep the host's network, and may start processes):
   `/proc/1/mem` can be written); `/dev` is minimal and read-only (its device nodes still work); the root is an
   empty read-only tmpfs holding only the read-only binds a sandbox asks for; `/tmp` is a private tmpfs of a
   fixed size. Nothing is writable but that `/tmp` and the binds a sandbox makes writable (the shell's `/work`).
+  bubblewrap reads its options from a file descriptor (`options_by_fd`), so its init, pid 1 of the sandbox, shows
+  no host path on its command line (`/proc/1/cmdline`, `ps`).
 - What it may do. No capabilities, `no_new_privs` (bubblewrap sets it, and loads the filter below), and a
   seccomp filter that refuses `ptrace` and the calls that reach another process's memory (`process_vm_readv`,
   `process_vm_writev`, `pidfd_getfd`), so the sandbox's pid 1 (bubblewrap's init, which runs without the filter)
@@ -210,6 +212,22 @@ def bwrap_argv(
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     return [*argv, "--", *command]
+
+
+def options_by_fd(argv: Sequence[str]) -> tuple[list[str], int]:
+    """`argv` (a `bwrap_argv` command line) as `bwrap --args FD -- COMMAND...`, bubblewrap's options moved into a
+    new memfd that it reads at its start (the command must stay on the command line). bubblewrap's command line is
+    readable by every process of its sandbox (its init is pid 1 there: `/proc/1/cmdline`, `ps`), and its options
+    name host paths (the session's directory, the interpreter's installation, ...), which the agent's code must
+    not learn. The caller passes the fd to bubblewrap (`pass_fds`) and closes it once bubblewrap has started."""
+    end = list(argv).index("--")
+    fd = os.memfd_create("ors-sandbox-options")
+    data = b"".join(os.fsencode(option) + b"\0" for option in argv[1:end])
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return [argv[0], "--args", str(fd), *argv[end:]], fd
 
 
 # The seccomp filter: a classic BPF program that bubblewrap loads before it runs the command.

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ors_server.sandboxes.bubblewrap import AGENT_ID, bwrap_argv, optional_flags, root_dirs, seccomp_fd
+from ors_server.sandboxes.bubblewrap import AGENT_ID, bwrap_argv, optional_flags, options_by_fd, root_dirs, seccomp_fd
 
 logger = logging.getLogger("ors_server.confinement")
 
@@ -161,16 +161,18 @@ def launch(command: Sequence[str], env: Mapping[str, str], cwd: str, confinement
     shown = visible_paths(command, env, cwd, confinement.paths)
     seccomp = seccomp_fd(no_fork=False)
     etc = [arg for p in ETC_ENTRIES if os.path.exists(p) for arg in ("--ro-bind", os.path.realpath(p), p)]
-    argv = bwrap_argv(
-        command,
-        read_only=root_dirs(),
-        tmp_bytes=confinement.tmp_bytes,
-        chdir=os.path.abspath(cwd) if _enterable(cwd) else "/tmp",
-        env=None,
-        seccomp_fd=seccomp,
-        flags=optional_flags(),
-        share_net=True,
-        more=[*etc, *_binds(shown, confinement.hidden)],
+    argv, by_fd = options_by_fd(
+        bwrap_argv(
+            command,
+            read_only=root_dirs(),
+            tmp_bytes=confinement.tmp_bytes,
+            chdir=os.path.abspath(cwd) if _enterable(cwd) else "/tmp",
+            env=None,
+            seccomp_fd=seccomp,
+            flags=optional_flags(),
+            share_net=True,
+            more=[*etc, *_binds(shown, confinement.hidden)],
+        )
     )
     if os.geteuid() == 0:
         # bubblewrap runs as 65534 (so nothing in the sandbox is root outside it either), and can reach what it
@@ -178,7 +180,7 @@ def launch(command: Sequence[str], env: Mapping[str, str], cwd: str, confinement
         shows = [arg for path in shown for arg in ("--show", path)]
         argv = [os.path.realpath(sys.executable), "-I", "-S", str(LAUNCH), str(AGENT_ID), *shows, *argv]
     # bubblewrap passes its own environment on (not --setenv: a command line is readable by every local process).
-    return Launch(argv, inside, "/", () if seccomp is None else (seccomp,))
+    return Launch(argv, inside, "/", (by_fd,) if seccomp is None else (seccomp, by_fd))
 
 
 def visible_paths(command: Sequence[str], env: Mapping[str, str], cwd: str, extra: Sequence[str] = ()) -> list[str]:

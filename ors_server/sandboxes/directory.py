@@ -16,15 +16,22 @@ commands of one sandbox at once (more wait their turn); each stream's output kep
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import anyio.abc
 
-from ors_server.sandboxes.bubblewrap import Resources, as_agent, bwrap_argv, closing_fd, root_dirs, seccomp_fd
+from ors_server.sandboxes.bubblewrap import (
+    Resources,
+    as_agent,
+    bwrap_argv,
+    closing_fd,
+    options_by_fd,
+    root_dirs,
+    seccomp_fd,
+)
+from ors_server.sandboxes.confinement import kill
 from ors_server.sandboxes.interface import CommandResult, Sandbox
 
 WORKDIR = "/work"
@@ -81,23 +88,26 @@ class BubblewrapSandbox(Sandbox):
             command,
         ]
         with closing_fd(seccomp_fd(no_fork=False)) as fd:
-            argv = bwrap_argv(
-                inner,
-                read_only=self._read_only,
-                tmp_bytes=self.resources.tmp_bytes,
-                writable=[(str(self.host_dir), WORKDIR)],
-                chdir=WORKDIR,
-                env={"PATH": PATH, "HOME": WORKDIR, "LANG": "C.UTF-8", "TERM": "dumb"},
-                seccomp_fd=fd,
-                flags=self._flags,
+            argv, options = options_by_fd(
+                bwrap_argv(
+                    inner,
+                    read_only=self._read_only,
+                    tmp_bytes=self.resources.tmp_bytes,
+                    writable=[(str(self.host_dir), WORKDIR)],
+                    chdir=WORKDIR,
+                    env={"PATH": PATH, "HOME": WORKDIR, "LANG": "C.UTF-8", "TERM": "dumb"},
+                    seccomp_fd=fd,
+                    flags=self._flags,
+                )
             )
-            process = await anyio.open_process(
-                as_agent(argv),
-                env={"PATH": PATH},
-                cwd="/",
-                start_new_session=True,
-                pass_fds=() if fd is None else (fd,),
-            )
+            with closing_fd(options):
+                process = await anyio.open_process(
+                    as_agent(argv),
+                    env={"PATH": PATH},
+                    cwd="/",
+                    start_new_session=True,
+                    pass_fds=(options,) if fd is None else (fd, options),
+                )
         self._running.add(process)
         stdout, stderr = bytearray(), bytearray()
         dropped = [False]
@@ -157,7 +167,7 @@ async def _collect(stream: anyio.abc.ByteReceiveStream | None, into: bytearray, 
 
 
 def _kill(process: anyio.abc.Process) -> None:
-    # bubblewrap's outer process leads the process group; its init dies with it (--die-with-parent) and takes the
-    # sandbox's pid namespace along.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+    # The sandbox's init first (pid 1 of its namespace): the kernel kills every process of the namespace, the init
+    # exits once they are gone, and bubblewrap's outer process after it; so once that one is reaped, nothing of the
+    # command runs. Killing the outer process first left the namespace to die a moment after the caller was told.
+    kill(process.pid)

@@ -317,6 +317,22 @@ async def test_the_sandboxs_pid_1_cannot_be_traced_from_inside() -> None:
     assert eval(result.value) == (-1, errno.EPERM, "1", "0" * 16, "0" * 16, "2")
 
 
+@needs_bwrap
+async def test_the_sandboxs_process_list_names_no_host_path() -> None:
+    # bubblewrap's init is pid 1 of the sandbox, with bubblewrap's own command line: its options (the host paths
+    # it binds, the environment it sets) were readable from the step's code.
+    code = (
+        "import os\n"
+        "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+        "return [open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\\0', b' ').decode() for p in pids]"
+    )
+    result, _ = await step(code)
+    assert result.error is None and result.value is not None, result
+    lines = eval(result.value)
+    assert any(line.startswith(("bwrap --args ", "/usr/bin/bwrap --args ")) for line in lines), lines
+    assert not [line for line in lines if "--ro-bind" in line or "--setenv" in line or "--seccomp" in line], lines
+
+
 THREADS = (
     "import threading\n"
     "threading.stack_size(64 * 1024)\n"

@@ -189,7 +189,7 @@ def test_the_server_its_api_key_and_other_sessions_secrets_are_out_of_reach(
         assert client.get("/shell/prompt", headers=sid_header(sid)).status_code == 200
     text = shell_output(client, attacker, "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; ls /proc | grep -c '^[0-9]'")
     # The parent the shell sees is the sandbox's init (bwrap), not the server.
-    assert text.startswith("exit code: 0\nstdout:\n") and "bwrap --unshare-all" in text
+    assert text.startswith("exit code: 0\nstdout:\n") and "bwrap --args " in text
     assert key not in text and secret not in text
     if "python3" not in shell_output(client, attacker, "command -v python3"):
         pytest.skip("no python3 in the sandbox to scan the memory of the processes it can see")
@@ -272,6 +272,17 @@ async def test_a_session_has_memory_and_disk_limits() -> None:
     assert str(root) not in mounts and not root.exists()  # unmounted and removed with the session
     assert "No space left on device" in text and ("File too large" in text or "File size limit" in text), text
     assert text.count("Read-only file system") == 3, text
+
+
+async def test_the_sandboxs_process_list_names_no_host_path() -> None:
+    # bubblewrap's init is pid 1 of the sandbox, with bubblewrap's own command line: its options once named the
+    # session's directory on the host (and every other bind) to any `ps` or `cat /proc/1/cmdline`.
+    async with shell_session() as (store, session):
+        host_dir = str(session.env.root)  # type: ignore[union-attr]
+        seen = await bash(store, session, "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done")
+    assert seen.startswith("exit code: 0\nstdout:\n") and "bwrap --args " in seen, seen
+    assert host_dir not in seen and "ors-shell-" not in seen, seen
+    assert "--bind" not in seen and "--setenv" not in seen, seen
 
 
 async def test_commands_cannot_write_kernel_settings_or_trace_the_sandboxs_pid_1() -> None:

@@ -106,6 +106,9 @@ def test_the_servers_command_line_and_environment_are_out_of_reach(probe: Probe)
     assert probe.call("cmdline", "read", path=f"/proc/{server}/cmdline").startswith("refused")
     assert probe.call("cmdline", "read", path=f"/proc/{server}/environ").startswith("refused")
     assert str(server) not in probe.call("cmdline", "processes").split()
+    # Its sandbox's init (pid 1 there) shows bubblewrap's command line without its options: no bind's host path.
+    init = probe.call("cmdline", "read", path="/proc/1/cmdline")
+    assert init.startswith("read: ") and "--args" in init and "--ro-bind" not in init, init
 
 
 def test_the_records_database_is_out_of_reach_while_the_working_directory_is_readable(probe: Probe) -> None:

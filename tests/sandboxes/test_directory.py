@@ -104,6 +104,14 @@ async def test_paths_outside_the_working_directory_are_the_sandboxs_not_the_host
     assert not await anyio.Path("/tmp/scratch").exists()
 
 
+async def test_the_process_list_names_no_host_path(sandbox: BubblewrapSandbox) -> None:
+    # bubblewrap's init is pid 1 of the sandbox, with bubblewrap's own command line: its options named the host
+    # directory shown at /work.
+    seen = (await sandbox.run("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done")).text()
+    assert "bwrap --args " in seen, seen
+    assert str(sandbox.host_dir) not in seen and "--bind" not in seen and "--setenv" not in seen, seen
+
+
 async def test_a_command_past_its_time_limit_is_killed_with_what_it_started(sandbox: BubblewrapSandbox) -> None:
     with anyio.fail_after(20):
         result = await sandbox.run("(sleep 61.25; echo late) & echo started; sleep 61.5", time_limit=1)

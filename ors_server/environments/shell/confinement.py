@@ -48,6 +48,7 @@ from ors_server.sandboxes.bubblewrap import (
     Resources,
     bwrap_argv,
     optional_flags,
+    options_by_fd,
     root_dirs,
     seccomp_fd,
     spawn_ids,
@@ -187,19 +188,20 @@ class Bubblewrap:
         """The command and `subprocess.Popen` options of a new shell; the fds in `pass_fds` are the caller's to
         close once it has started."""
         fd = seccomp_fd(no_fork=False)
-        argv = bwrap_argv(
-            _limited_bash(self.resources, processes=True),
-            read_only=SYSTEM_DIRS,
-            tmp_bytes=self.resources.tmp_bytes,
-            writable=[(str(self.host_workdir), WORKDIR_INSIDE)],
-            chdir=WORKDIR_INSIDE,
-            env=_environment(home=WORKDIR_INSIDE, path=SANDBOX_PATH),
-            seccomp_fd=fd,
-            flags=self._optional,
+        argv, by_fd = options_by_fd(
+            bwrap_argv(
+                _limited_bash(self.resources, processes=True),
+                read_only=SYSTEM_DIRS,
+                tmp_bytes=self.resources.tmp_bytes,
+                writable=[(str(self.host_workdir), WORKDIR_INSIDE)],
+                chdir=WORKDIR_INSIDE,
+                env=_environment(home=WORKDIR_INSIDE, path=SANDBOX_PATH),
+                seccomp_fd=fd,
+                flags=self._optional,
+            )
         )
         options = _spawn_options(cwd="/")
-        if fd is not None:
-            options["pass_fds"] = (fd,)
+        options["pass_fds"] = (by_fd,) if fd is None else (fd, by_fd)
         return argv, options
 
     def find_processes(self, launcher: int, shell: int) -> tuple[int | None, list[int]]:
