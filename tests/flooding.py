@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from tests.raw_http import Flood, flood, open_websocket
-from tests.serving import free_port
+from tests.serving import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOD_BYTES = 256 * 1024 * 1024
@@ -38,15 +38,7 @@ def server_process(*args: str) -> Iterator[tuple[str, int]]:
     process = subprocess.Popen([*command, *args], env=environment, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:  # another process gives no event to wait on: poll its health, bounded
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.1)
+        wait_for_health(url, process)
         yield url, process.pid
     finally:
         process.terminate()

@@ -1,13 +1,17 @@
-"""A real uvicorn server on a free loopback port, in a thread of the test process."""
+"""A real uvicorn server on a free loopback port, in a thread of the test process; and the wait for a server in a
+process of its own to answer."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import uvicorn
 
 from ors_server.http.server import uvicorn_config
@@ -46,3 +50,27 @@ def serve(app, log_level: str = "warning", **options) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def wait_for_health(
+    url: str,
+    process: subprocess.Popen | None = None,
+    *,
+    within: float = 60.0,
+    what: str = "the server",
+    log: Path | None = None,
+) -> None:
+    """Return once `url`/health answers 200. A server in another process gives no event to wait on: poll, bounded.
+    Fails naming `what` (with the tail of `log`, its output) if `process` exits first or `within` seconds pass."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        exited = process is not None and process.poll() is not None
+        if exited or time.monotonic() > deadline:
+            tail = f":\n{log.read_text(errors='replace')[-4000:]}" if log is not None else ""
+            raise AssertionError(f"{what} {'exited at start' if exited else 'did not answer /health'}{tail}")
+        time.sleep(0.1)

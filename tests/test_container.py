@@ -13,7 +13,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import time
 import tomllib
 import uuid
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.serving import free_port
+from tests.serving import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -123,15 +122,7 @@ def test_the_image_builds_and_a_shell_session_runs_sandboxed_in_it(tmp_path: Pat
         subprocess.run([*run, *options, tag], check=True, timeout=120, env=environment, stdout=out)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:  # an external process gives no event to wait on: poll, bounded
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the container's server did not answer /health"
-            time.sleep(0.5)
+        wait_for_health(url, within=120, what="the container's server")
         with httpx.Client(base_url=url, timeout=60) as client:
             headers = {"X-Session-ID": "container-shell"}
             body = {"env_name": "shell", "split": "train", "index": 0}

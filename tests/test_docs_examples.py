@@ -21,7 +21,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from packaging.requirements import Requirement
 from ors_server.loading import builtin_environments
 from tests.clients import client_venvs
 from tests.clients.harness import Server, client_env, run_server
-from tests.serving import free_port
+from tests.serving import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -219,16 +218,7 @@ def _serve_and_check(block: Block, code: str, python: str, env: dict[str, str], 
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:  # an external process gives no event to wait on: poll, bounded
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, f"{block.name} exited at start:\n{log.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"{block.name} did not answer /health:\n{log.read_text()[-4000:]}"
-            time.sleep(0.1)
+        wait_for_health(url, process, within=120, what=block.name, log=log)
         tools = httpx.get(f"{url}/tools", timeout=60)
         assert tools.status_code == 200, f"{block.name}: /tools answered {tools.status_code}: {tools.text}"
     finally:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.ors_envs import call, call_result, create
-from tests.serving import free_port
+from tests.serving import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,15 +25,7 @@ def test_a_server_process_freezes_what_it_loaded_at_startup_out_of_the_garbage_c
     process = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdin=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.1)
+        wait_for_health(url, process)
         with httpx.Client(base_url=url, timeout=30) as client:
             sid = create(client, {})
             result = call_result(call(client, sid, "frozen_objects", path="/processprobe/call"))

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.ors_envs import call, create, math_task
 from tests.records.helpers import episode
-from tests.serving import free_port
+from tests.serving import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "crash-secret-4c1d"
@@ -31,15 +30,7 @@ def test_a_raising_tool_is_one_warning_line_and_a_typed_error_in_the_answer_and_
         process = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdin=subprocess.DEVNULL, stderr=sink)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_for_health(url, process, log=log)
         with httpx.Client(base_url=url, timeout=30) as client:
             sid = create(client, math_task(), secrets={"token": SECRET})
             boom = call(client, sid, "boom", path="/mathlike/call")

@@ -16,7 +16,7 @@ import httpx
 
 from ors_server.settings import Settings
 from tests.reliability.reliability_envs import mcp_open
-from tests.serving import free_port
+from tests.serving import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parents[2]
 GRACE = Settings().shutdown_grace
@@ -35,18 +35,6 @@ def start_server(port: int, log: Path, output: IO[bytes]) -> subprocess.Popen[by
     return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
 
 
-def wait_until_serving(process: subprocess.Popen[bytes], url: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the server exited at start"
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.05)
-    raise AssertionError("the server did not start")
-
-
 def test_sigterm_with_live_sessions_tears_each_down_exactly_once_and_exits_within_the_grace_period(tmp_path):
     log = tmp_path / "teardowns.log"
     port = free_port()
@@ -54,7 +42,7 @@ def test_sigterm_with_live_sessions_tears_each_down_exactly_once_and_exits_withi
     output = (tmp_path / "server.out").open("wb")
     process = start_server(port, log, output)
     try:
-        wait_until_serving(process, url)
+        wait_for_health(url, process)
         tags = [f"ors-{i}-{uuid.uuid4().hex[:8]}" for i in range(5)]
         with httpx.Client(base_url=url, timeout=10) as client:
             for tag in tags:

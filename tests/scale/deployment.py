@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import httpx
 from ors_server.http.lookup import LOOKUP_PATH
 from ors_server.ids import split
 from tests.reliability.reliability_envs import mcp_open
-from tests.serving import free_port
+from tests.serving import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOKUP_HEADER = "x-ors-lookup"
@@ -119,18 +118,7 @@ def deployment(
 
 
 def wait_healthy(running: Deployment, within: float = START_TIMEOUT) -> None:
-    # An external process gives no event to wait on: poll its health, bounded.
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if running.process.poll() is not None:
-            raise AssertionError(f"the deployment exited at start:\n{running.log_tail()}")
-        try:
-            if httpx.get(f"{running.url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"the deployment did not start:\n{running.log_tail()}")
+    wait_for_health(running.url, running.process, within=within, what="the deployment", log=running.log)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
