@@ -122,7 +122,7 @@ def test_the_image_builds_and_a_shell_session_runs_sandboxed_in_it(tmp_path: Pat
         subprocess.run([*run, *options, tag], check=True, timeout=120, env=environment, stdout=out)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for_health(url, within=120, what="the container's server")
+        wait_for_health(url, what="the container's server")
         with httpx.Client(base_url=url, timeout=60) as client:
             headers = {"X-Session-ID": "container-shell"}
             body = {"env_name": "shell", "split": "train", "index": 0}

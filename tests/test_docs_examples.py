@@ -218,7 +218,7 @@ def _serve_and_check(block: Block, code: str, python: str, env: dict[str, str], 
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for_health(url, process, within=120, what=block.name, log=log)
+        wait_for_health(url, process, what=block.name, log=log)
         tools = httpx.get(f"{url}/tools", timeout=60)
         assert tools.status_code == 200, f"{block.name}: /tools answered {tools.status_code}: {tools.text}"
     finally:
