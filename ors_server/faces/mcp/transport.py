@@ -185,6 +185,8 @@ class Transports:
             transport = self.transport
             if _wants_progress(message, scope):
                 transport, scope[STREAMED_SCOPE_KEY] = self.streaming, True
+            else:
+                transport = self.plain_calls.current_answerer(scope, body, message) or transport
             await transport(scope, replay(body, receive), send)
             return
         try:
