@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,8 +16,12 @@ from pydantic import BaseModel
 
 from ors_server import Environment, TextBlock, ToolOutput, tool
 from ors_server.records.db import Batch, Database
+from tests.clients import client_venvs
+from tests.clients.harness import client_env
 
 WAIT = 10.0
+RESULT_PREFIX = "ORS-RESULT "
+"""What a script run by `eval_protocol_reads` prints before the JSON it reports."""
 
 
 def until(read: Callable[[], Any], check: Callable[[Any], bool], what: str, timeout: float = WAIT) -> Any:
@@ -108,3 +114,22 @@ def fill(database: Database, key: str, calls: int, size: int) -> None:
         batch.calls.append((key, n, "ors", "say", "{}", 1, text, None, None, 1.0, 1.0, None, f"{key}-{n}", size, 0))
     batch.ends.append((key, 2.0, "deleted"))
     database.write(batch)
+
+
+def eval_protocol_reads(script: str, text: str, tmp_path: Path) -> Any:
+    """What `script`, Python run by the eval-protocol venv on a file holding `text` (its argv[1]), reported: the JSON
+    after `RESULT_PREFIX` on a line of its output. Fails with its stderr when it reported nothing."""
+    python = client_venvs.ensure_venv("eval-protocol")
+    path = tmp_path / "eval-protocol-input"
+    path.write_text(text)
+    done = subprocess.run(
+        [str(python), "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=client_env(tmp_path),
+        cwd=tmp_path,
+    )
+    results = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    assert done.returncode == 0 and results, done.stderr[-4000:]
+    return json.loads(results[0].removeprefix(RESULT_PREFIX))

@@ -14,17 +14,15 @@ import pytest
 
 from ors_server.http.app import create_app
 from ors_server.settings import Settings
-from tests.clients import client_venvs
-from tests.clients.harness import client_env
 from tests.faces.mcp_helpers import Counter
-from tests.records.helpers import ended
+from tests.records.helpers import ended, eval_protocol_reads
 from tests.serving import serve
 
 VALIDATE = """
 import json, sys
 from eval_protocol.models import EvaluationRow
 rows = [EvaluationRow.model_validate(json.loads(line)) for line in open(sys.argv[1]) if line.strip()]
-print("ORS-ROWS " + json.dumps([
+print("ORS-RESULT " + json.dumps([
     {"score": r.evaluation_result.score, "roles": [m.role for m in r.messages],
      "tools": [c.function.name for m in r.messages for c in (m.tool_calls or [])],
      "row_id": r.input_metadata.row_id, "labels": r.input_metadata.session_data["labels"]}
@@ -89,23 +87,10 @@ def test_cli_readers_say_what_is_wrong(tmp_path: Path, recorded: tuple[Path, str
 
 @pytest.mark.clients
 def test_evaluation_rows_validate_as_eval_protocols_model(tmp_path: Path, recorded: tuple[Path, str]) -> None:
-    python = client_venvs.ensure_venv("eval-protocol")
     _, url = recorded
     rows = httpx.get(url + "/episodes/export", params={"format": "evaluation_row", "label.run": "cli"}).text
     assert len(rows.splitlines()) == 2
-    path = tmp_path / "rows.jsonl"
-    path.write_text(rows)
-    done = subprocess.run(
-        [str(python), "-c", VALIDATE, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=client_env(tmp_path),
-        cwd=tmp_path,
-    )
-    results = [line for line in done.stdout.splitlines() if line.startswith("ORS-ROWS ")]
-    assert done.returncode == 0 and results, done.stderr[-4000:]
-    validated = json.loads(results[0].removeprefix("ORS-ROWS "))
+    validated = eval_protocol_reads(VALIDATE, rows, tmp_path)
     assert validated == [
         {
             "score": 0.0,

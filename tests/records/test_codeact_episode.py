@@ -8,7 +8,6 @@ calls (validated by Eval Protocol's `EvaluationRow` in its own venv), with the c
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,7 @@ from ors_server.codeact import bwrap_problem
 from ors_server.environments.frozen_lake import FrozenLake
 from ors_server.http.app import create_app
 from ors_server.settings import Settings
-from tests.clients import client_venvs
-from tests.clients.harness import client_env
-from tests.records.helpers import ended
+from tests.records.helpers import ended, eval_protocol_reads
 from tests.serving import serve
 
 SANDBOX = "bwrap" if bwrap_problem() is None else "none"
@@ -37,7 +34,7 @@ VALIDATE = """
 import json, sys
 from eval_protocol.models import EvaluationRow
 row = EvaluationRow.model_validate(json.loads(open(sys.argv[1]).read()))
-print("ORS-ROW " + json.dumps({
+print("ORS-RESULT " + json.dumps({
     "tools": [c.function.name for m in row.messages for c in (m.tool_calls or [])],
     "roles": [m.role for m in row.messages],
     "steps": row.get_steps(), "total_reward": row.get_total_reward(), "terminated": row.get_terminated(),
@@ -96,20 +93,7 @@ def test_the_evaluation_row_holds_only_the_models_calls_and_validates_as_eval_pr
     inner = row["messages"][2]["control_plane_step"]["inner_calls"]
     assert [c["arguments"] for c in inner] == [{"action": "RIGHT"}] * 3
 
-    python = client_venvs.ensure_venv("eval-protocol")
-    path = tmp_path / "row.json"
-    path.write_text(rows[0])
-    done = subprocess.run(
-        [str(python), "-c", VALIDATE, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=client_env(tmp_path),
-        cwd=tmp_path,
-    )
-    results = [line for line in done.stdout.splitlines() if line.startswith("ORS-ROW ")]
-    assert done.returncode == 0 and results, done.stderr[-4000:]
-    assert json.loads(results[0].removeprefix("ORS-ROW ")) == {
+    assert eval_protocol_reads(VALIDATE, rows[0], tmp_path) == {
         "tools": ["execute_code", "execute_code"],
         "roles": ["user", "assistant", "tool", "assistant", "tool"],
         "steps": 2,
