@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ors_server.sandboxes.owners import owner_alive, owner_id
+
 logger = logging.getLogger("ors_server.sandbox")
 
 AGENT_ID = 65534
@@ -305,32 +307,12 @@ def seccomp_fd(*, no_fork: bool) -> int | None:
 
 # Scratch directories on the host, and the orphans of servers that died.
 
-_OWNED = re.compile(r"ors-(?:shell|codeact)-(\d+)\.(\d+)-")
-
-
-@functools.cache
-def _start_time(pid: int) -> str | None:
-    """The process's start time (clock ticks after boot): with its pid, what tells it from a later process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
+_OWNED = re.compile(r"ors-(?:shell|codeact)-(\d+\.\d+)-")
 
 
 def private_dir(kind: str) -> Path:
     """A new private directory under the temporary directory, named for this process (see `sweep_orphans`)."""
-    pid = os.getpid()
-    return Path(tempfile.mkdtemp(prefix=f"ors-{kind}-{pid}.{_start_time(pid)}-"))
-
-
-def _owner_alive(pid: int, started: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            fields = file.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return not os.path.isdir("/proc/self")  # no /proc to ask: assume alive, remove nothing
-    return fields[19].decode() == started and fields[0] != b"Z"
+    return Path(tempfile.mkdtemp(prefix=f"ors-{kind}-{owner_id()}-"))
 
 
 def sweep_orphans(where: str | None = None) -> int:
@@ -347,7 +329,7 @@ def sweep_orphans(where: str | None = None) -> int:
         match = _OWNED.match(path.name)
         if match is None or path.is_symlink() or not path.is_dir():
             continue
-        if _owner_alive(int(match.group(1)), match.group(2)):
+        if owner_alive(match.group(1)):
             continue
         remove_tree(path)
         removed += not path.exists()

@@ -28,8 +28,9 @@ from typing import Any
 import anyio
 
 from ors_server.sandboxes.interface import CommandResult, Sandbox, SandboxClosed
+from ors_server.sandboxes.owners import owner_id
 from ors_server.sandboxes.persistent_shell import BashDriver
-from ors_server.sandboxes.podman import HARBOR_LABEL, OWNER_LABEL, Podman, PodmanError, owner_id
+from ors_server.sandboxes.podman import HARBOR_LABEL, OWNER_LABEL, Podman, PodmanError
 
 logger = logging.getLogger("ors_server.containers")
 

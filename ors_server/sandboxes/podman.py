@@ -13,7 +13,6 @@ at a server's start, the containers whose owner is no longer running (a server k
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -26,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
+
+from ors_server.sandboxes.owners import owner_alive
 
 logger = logging.getLogger("ors_server.harbor")
 
@@ -43,34 +44,6 @@ def default_dir() -> Path:
     if configured:
         return Path(configured)
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ors-server" / "harbor"
-
-
-@functools.cache
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
-def owner_id() -> str:
-    """This process, as a container's owner label names it: `<pid>.<start time>` (a later process with the same
-    pid has another start time)."""
-    pid = os.getpid()
-    return f"{pid}.{_start_time(pid)}"
-
-
-def owner_alive(owner: str) -> bool:
-    pid, _, started = owner.partition(".")
-    if not pid.isdigit():
-        return True  # not ours to judge: leave it
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            fields = file.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return not os.path.isdir("/proc/self")  # no /proc to ask: assume alive, remove nothing
-    return fields[19].decode() == started and fields[0] != b"Z"
 
 
 class PodmanError(RuntimeError):

@@ -26,7 +26,8 @@ import pytest
 from ors_server import harbor
 from ors_server.harbor.images import Images
 from ors_server.http.app import create_app
-from ors_server.sandboxes.podman import HARBOR_LABEL, OWNER_LABEL, Podman, owner_id
+from ors_server.sandboxes.owners import owner_id
+from ors_server.sandboxes.podman import HARBOR_LABEL, OWNER_LABEL, Podman
 from ors_server.settings import Settings
 from tests.serving import serve
 
