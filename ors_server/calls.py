@@ -2,22 +2,25 @@
 
 A call is one object (`ToolCall`) with one owner, the pipeline, which takes it through these stages in order:
 
-    admit       take the episode's lock; refuse at once while a timed-out call still runs in the episode
-                (`session_busy`), or when the episode ended (`session_ended`)
     resolve     find the session's tool (`runtime.session_tools`: the environment's own, a composed one, the
-                episode's own, `execute_code`; `not_found`); refuse it once the episode finished (`episode_finished`)
+                episode's own, `execute_code`)
+    admit       hold the episode as the tool says (`runtime.call_gate`: the calls of one tool one at a time, a
+                concurrent tool's with any, an exclusive one's alone); refuse at once while a timed-out call still
+                runs in the episode (`session_busy`), or when the episode ended (`session_ended`), finished
+                (`episode_finished`: also a call queued behind the finishing one) or has no such tool (`not_found`)
     check       the tool checks the arguments (`input_validation`)
     run         the tool runs (`ors_server.runtime.tool.Tool`), with what the pipeline gives it (`ToolRun`): author
                 code awaited, or on a tool thread when sync, with a deadline (`--tool-timeout`, `timeout`)
     bound       refuse an output past `--max-output-chars` (`output_too_large`)
     record      the episode's counters, as the tool says its output counts: step count, last and total reward,
-                info, finished
+                info, finished; an output of a call during which another call finished the episode is dropped
+                (`episode_finished`: the first finished=True wins, as in `openreward`)
     publish     end the call: wake its waiters, keep it for replay by id (`call_linger`, `max_replay_chars`)
     observe     hand the finished call to every `Observer` (metrics; the episode records hang here too)
 
 Timeouts and overdue calls are accounted here only. An async tool is cancelled at its deadline. A sync tool
 cannot be stopped: its caller is answered `timeout` at the deadline (`_overdue`) while its thread runs on,
-keeping its tool-thread slot and the episode's lock until it returns; meanwhile the call counts as overdue
+keeping its tool-thread slot and its hold on the episode until it returns; meanwhile the call counts as overdue
 (`Episode.overdue`, `Session.overdue_calls`, `Calls.overdue`) and calls into that episode are refused.
 
 The pipeline runs calls as tasks of the session store (`Runtime.spawn`), so a call survives its client
@@ -380,17 +383,21 @@ class Calls:
     async def _run(self, call: ToolCall) -> None:
         session, episode = call.session, call.episode
         result: CallResult = ToolRejected("session_ended", f"'{call.name}' was not run: the server is shutting down.")
+        tool = None if session.deleted or episode.ended else self.lookup.find(session, call.name)
+        # How the call holds the episode (`runtime.call_gate`); an unknown tool's refusal waits for exclusive calls.
+        shared = tool is None or not tool.exclusive
+        serial = call.name if tool is not None and not (tool.concurrent or tool.exclusive) else None
         try:
             for throttle in self.throttles:
                 if throttle.full:
                     await throttle.room()
-            if not await episode.admit():
+            if not await episode.admit(serial, shared=shared):
                 result = _busy(call.name) if episode.overdue else _ended(call.name)
             else:
                 try:
-                    result = await self._invoke(call, self.settings.tool_timeout)
+                    result = await self._invoke(call, tool, self.settings.tool_timeout)
                 finally:
-                    episode.release()
+                    episode.release(serial, shared=shared)
         finally:
             session.running_calls -= 1
             self.running -= 1
@@ -398,24 +405,25 @@ class Calls:
             if not call.done:
                 self._publish(call, result)
 
-    async def _invoke(self, call: ToolCall, time_limit: float | None) -> CallResult:
-        """Resolve, check, run, bound and record one call in its episode, which the caller holds. `time_limit` is
-        the tool timeout (None inside a CodeAct step, which its step's own timeout bounds)."""
+    async def _invoke(self, call: ToolCall, tool: Tool | None, time_limit: float | None) -> CallResult:
+        """Check, run, bound and record one call of `tool` (None: the session has no tool of that name) in its
+        episode, which the caller holds. `time_limit` is the tool timeout (None inside a CodeAct step, which its
+        step's own timeout bounds)."""
         session, episode, name = call.session, call.episode, call.name
-        gone = session.deleted or episode.ended
-        tool: Tool | None = None if gone else self.lookup.find(session, name)
-        if gone:
+        if session.deleted or episode.ended:
             result: CallResult = _ended(name)
         elif episode.finished and (tool is None or not tool.runs_after_finish):
-            result = ToolRejected(
-                "episode_finished",
-                f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
-                "so no further tool calls are accepted.",
-            )
+            result = _finished(name)  # queued behind the call that finished it, or come after
         elif tool is None:
             result = ToolRejected("not_found", f"'{name}' is not a valid tool")
         else:
             result = await self._attempt(call, tool, time_limit)
+            if episode.finished and isinstance(result, ToolOutput) and not (tool.exclusive or tool.runs_after_finish):
+                # Another call finished the episode while this one ran: the first finished=True wins.
+                result = ToolRejected(
+                    "episode_finished",
+                    f"'{name}' ran, but another call finished the episode meanwhile: its result is dropped.",
+                )
         if call.done:
             pass  # answered `timeout` already; what the overdue thread returned is dropped
         elif tool is not None and isinstance(result, ToolOutput):
@@ -497,7 +505,7 @@ class Calls:
     ) -> Any:
         """Run an author's `function(*args)`: async code awaited (and cancelled at the timeout), sync code on the
         tool threads. A sync tool past the timeout is answered `timeout` at once but keeps its thread, its pool
-        slot and the episode's lock until it really returns (`Episode.overdue` meanwhile). Async code past the
+        slot and its hold on the episode until it really returns (`Episode.overdue` meanwhile). Async code past the
         timeout raises Overtime."""
         if call.progress is None:
             return await self._user_code_timed(call, time_limit, function, args)
@@ -578,11 +586,12 @@ class Calls:
         self._publish(call, self._timed_out(call.name))
 
     async def _call_within(self, outer: ToolCall, name: str, arguments: Any) -> CallResult:
-        """A call made from inside a running tool (a CodeAct step's code): it runs within the hold its outer call
-        has on the episode, so it goes straight to `_invoke` (taking the lock again would deadlock); it is checked,
-        run, recorded and observed like a call from a face."""
-        call = ToolCall(call_id(), name, outer.session, outer.episode, outer.face, arguments, step=outer.id)
-        result = await self._invoke(call, None)
+        """A call made from inside a running tool (a CodeAct step's code): it runs within the exclusive hold its
+        outer call has on the episode, so it goes straight to `_invoke` (waiting at the gate behind itself would
+        deadlock); it is checked, run, recorded and observed like a call from a face."""
+        session = outer.session
+        call = ToolCall(call_id(), name, session, outer.episode, outer.face, arguments, step=outer.id)
+        result = await self._invoke(call, self.lookup.find(session, name), None)
         call.end(result)
         self._observe(call)
         return result
@@ -680,6 +689,14 @@ def _busy(name: str) -> ToolRejected:
         "session_busy",
         f"'{name}' was not run: an earlier call in this session timed out and is still running; "
         "try again when it ends, or reset or delete the session.",
+    )
+
+
+def _finished(name: str) -> ToolRejected:
+    return ToolRejected(
+        "episode_finished",
+        f"'{name}' was not run: the episode has finished (a tool returned finished=True), "
+        "so no further tool calls are accepted.",
     )
 
 

@@ -58,6 +58,18 @@ class ToolDef:
     callable only in sessions whose `list_task_tools()` names it."""
     runs_after_finish: bool = False
     """Called even after a tool finished the episode (a hosted framework's own rule); refused otherwise."""
+    concurrent: bool = False
+    """Its calls overlap with every other call of the session (`@tool(concurrent=True)`); by default the calls of
+    one tool run one at a time (`ors_server.runtime.call_gate`)."""
+    exclusive: bool = False
+    """A call waits for every other call of the session to end and holds new ones until it has ended
+    (`@tool(exclusive=True)`, and every terminal tool)."""
+
+    def __post_init__(self) -> None:
+        if self.terminal and self.concurrent:
+            raise TypeError(f"terminal tool '{self.name}' cannot be concurrent: it grades the episode, serialised")
+        if self.terminal and not self.exclusive:
+            object.__setattr__(self, "exclusive", True)  # openreward: "@terminal tools are always exclusive"
 
     @cached_property
     def schema(self) -> dict[str, Any] | None:
@@ -90,9 +102,13 @@ class ToolDef:
 class _ToolMethod:
     """What `@tool` leaves on the class: the function itself, plus the explicit marker we collect."""
 
-    def __init__(self, function: Callable[..., Any], *, shared: bool = True) -> None:
+    def __init__(
+        self, function: Callable[..., Any], *, shared: bool = True, concurrent: bool = False, exclusive: bool = False
+    ) -> None:
         self.function = function
         self.shared = shared
+        self.concurrent = concurrent
+        self.exclusive = exclusive
         self.terminal = False
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -102,18 +118,29 @@ class _ToolMethod:
         return self.function.__get__(instance, owner)
 
 
-def tool(function: Callable[..., Any] | None = None, *, shared: bool = True, **_compat: Any) -> Any:
+def tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    shared: bool = True,
+    concurrent: bool = False,
+    exclusive: bool = False,
+) -> Any:
     """Mark a method as a tool the agent may call.
 
     The method takes no argument or one pydantic model (its JSON Schema is the tool's input schema),
     returns a `ToolOutput`, and may be sync or async. Its docstring is the tool's description.
     `@tool(shared=False)` makes it a task's own tool: hidden from the class's tool list, offered (listed and
-    callable) only in sessions whose `list_task_tools()` names it. `concurrent=` and `exclusive=` are accepted for
-    `openreward` compatibility; every call into one session is serialised here anyway.
+    callable) only in sessions whose `list_task_tools()` names it.
+
+    As in `openreward`, the calls of one tool in one session run one at a time, in order (calls of different
+    tools overlap), and a call queued behind one that finished the episode is refused without running.
+    `concurrent=True` lets its calls overlap with every other call (for tools that grant no reward and share no
+    state: a shell, file reads). `exclusive=True` (and every `@terminal` tool) waits for every call of the
+    session to end and holds new ones until it returns, so nothing changes the state it grades.
     """
 
     def wrap(f: Callable[..., Any]) -> _ToolMethod:
-        method = _ToolMethod(f, shared=shared)
+        method = _ToolMethod(f, shared=shared, concurrent=concurrent, exclusive=exclusive)
         method.terminal = bool(getattr(f, "_ors_terminal", False))
         return method
 
@@ -206,6 +233,11 @@ class Environment:
             for attr, value in vars(klass).items():
                 if isinstance(value, _ToolMethod):
                     doc = inspect.getdoc(value.function) or ""
+                    if value.terminal and value.concurrent:
+                        raise TypeError(
+                            f"@terminal tool {cls.__name__}.{attr} is marked concurrent=True: a terminal tool grades "
+                            "the episode, so it runs alone"
+                        )
                     tools[attr] = ToolDef(
                         attr,
                         doc.strip(),
@@ -213,6 +245,8 @@ class Environment:
                         value.function,
                         shared=value.shared,
                         terminal=value.terminal,
+                        concurrent=value.concurrent,
+                        exclusive=value.exclusive,
                     )
                 elif attr in tools:
                     del tools[attr]  # a subclass replaced the tool with a plain attribute

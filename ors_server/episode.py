@@ -5,7 +5,8 @@ pipeline (admitting and recording calls) call these methods, and nothing else wr
 (tests/test_episode.py holds the package to that):
 
     building    constructed, connected (its tool servers), set_up or setup_failed, then built
-    calls       admit / release (its lock), add_call / forget_call, record / record_step, running_step
+    calls       admit / release (its gate: `runtime.call_gate`), add_call / forget_call, record / record_step,
+                running_step
     overdue     mark_overdue, overdue_ended: a timed-out call whose thread still runs refuses calls meanwhile
     ending      end (reset or discarded: no call runs in it any more), begin_teardown (once) and take_env
 """
@@ -23,8 +24,8 @@ import anyio
 from ors_server.compose.toolbox import Toolbox
 from ors_server.environment import Environment, ToolDef
 from ors_server.errors import SetupFailed, TaskRejected
+from ors_server.runtime.call_gate import CallGate
 from ors_server.runtime.lazy_event import LazyEvent
-from ors_server.runtime.small_lock import SmallLock
 from ors_server.types import ToolOutput
 
 if TYPE_CHECKING:
@@ -60,13 +61,13 @@ class Episode:
     ended: bool = False
     """Reset or discarded: no call runs in it any more, and the store tears it down."""
     torn_down: bool = False
-    lock: SmallLock = field(default_factory=SmallLock, repr=False)
-    """Held by the call running in the episode (and by reads of its environment). anyio's lock on asyncio, without
-    its ~0.7 KB while nobody waits (`SmallLock`): a quarter of an idle session."""
+    gate: CallGate = field(default_factory=CallGate, repr=False)
+    """Held by the calls running in the episode (and by reads of its environment), as their tools say. Small while
+    nobody waits (no deque of waiters until one waits): every episode has one."""
     overdue: int = 0
     """Calls that timed out but whose thread still runs: while there are any, calls are refused (session_busy)."""
     waiting: set[anyio.CancelScope] | None = None
-    """Calls queued for the lock, refused at once if the call ahead of them times out (made by the first)."""
+    """Calls queued at the gate, refused at once if a call ahead of them times out (made by the first)."""
     step: anyio.CancelScope | None = None
     """The CodeAct step running in the episode: cancelled (its sandbox killed) when the episode ends."""
     step_count: int = 0
@@ -82,6 +83,11 @@ class Episode:
     at shutdown."""
     number: int = 0
     """0 for a session's first episode, then 1, 2, ... for the episodes resets start."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call (or a read) holds the episode."""
+        return self.gate.busy
 
     @property
     def finished(self) -> bool:
@@ -123,26 +129,35 @@ class Episode:
 
     # Calls.
 
-    async def admit(self) -> bool:
-        """Take the episode's lock; False, at once, while a timed-out call still runs in it (also if that
-        happens while waiting), or if the episode ends while waiting."""
+    async def admit(self, tool: str | None = None, *, shared: bool = False) -> bool:
+        """Hold the episode: alone (the default: an exclusive tool, a read of the environment), or `shared` with
+        other calls, and then with `tool` one at a time among its calls (a serialised tool; None: a concurrent one).
+        False, at once, while a timed-out call still runs in it (also if that happens while waiting), or if the
+        episode ends while waiting. Give it back with `release` and the same arguments."""
         if self.overdue:
             return False
-        if not self.lock.locked():  # the common case, without a cancel scope
-            self.lock.acquire_nowait()
+        gate = self.gate
+        if gate.try_enter(tool, not shared):  # the common case, without a cancel scope
             return True
         with anyio.CancelScope() as scope:
             if self.waiting is None:
                 self.waiting = set()
             self.waiting.add(scope)
             try:
-                await self.lock.acquire()
+                await gate.enter(tool, not shared)
             finally:
                 self.waiting.discard(scope)
         return not scope.cancelled_caught
 
-    def release(self) -> None:
-        self.lock.release()
+    def release(self, tool: str | None = None, *, shared: bool = False) -> None:
+        self.gate.leave(tool, not shared)
+
+    async def quiet(self, within: float) -> None:
+        """Wait, at most `within` seconds, for the calls holding the episode to end (before its teardown)."""
+        if self.busy:
+            with anyio.move_on_after(within):
+                await self.gate.enter(None, True)
+                self.gate.leave(None, True)
 
     def add_call(self, call: ToolCall) -> None:
         self.calls[call.id] = call
@@ -195,7 +210,7 @@ class Episode:
 
     def end(self) -> bool:
         """Reset or discarded: wake requests waiting for its setup, kill a CodeAct step's agent code at once (not
-        at the step's own timeout), cut tool servers still starting, refuse the calls queued for the lock, and let
+        at the step's own timeout), cut tool servers still starting, refuse the calls queued at the gate, and let
         its finished calls go (a replay names its session's current episode, so no request can ask for them).
         Returns whether it is built, so the caller tears it down now (else `_start` will when setup ends)."""
         self.ended = True

@@ -7,14 +7,14 @@ session. Every episode is built by `_start` and torn down by `_finish`, exactly 
 
 The `SessionStore` creates sessions (setup runs in the background), finds them (which refreshes their idle
 timer), reads their environment, reaps idle ones and ends every one exactly once through `discard()`. Tool calls
-are the call pipeline's (`ors_server.calls`), which runs them as tasks of the store and in the episode's lock.
+are the call pipeline's (`ors_server.calls`), which runs them as tasks of the store and at the episode's gate.
 Nothing here knows about HTTP, SSE or MCP.
 
 What sessions run on is the store's `Runtime` (`ors_server.runtime`: the thread pools, background tasks, the
 composed tools' catalogue, CodeAct's sandbox pool), and how an episode's environment is built, read and torn
 down is `ors_server.runtime.instances`: the store decides when.
 
-A timed-out sync tool call still running in an episode (see `ors_server.calls`) holds the episode's lock: reads
+A timed-out sync tool call still running in an episode (see `ors_server.calls`) holds its episode: reads
 of the prompt raise `SessionBusy` meanwhile. Resetting or deleting the session does not wait for it.
 """
 
@@ -534,7 +534,7 @@ class SessionStore:
             session.episodes += 1
             self._tell("episode_started", session, new)
             if self._end_episode(session, old, "reset"):
-                if old.lock.locked():
+                if old.busy:
                     self.runtime.spawn(self._finish, session, old)  # after its running call, without waiting here
                 else:
                     await self._finish(session, old)
@@ -545,18 +545,18 @@ class SessionStore:
     # Reading the environment.
 
     async def read_prompt(self, session: Session, episode: Episode | None = None) -> Blocks:
-        """The episode's opening blocks (`get_prompt()`), read under the episode's lock (of the session's current
-        episode, or of `episode`)."""
+        """The episode's opening blocks (`get_prompt()`), read holding the episode alone (the session's current
+        episode, or `episode`)."""
         blocks: Blocks = await self._read(session, "get_prompt", episode)
         return blocks
 
     async def read_messages(self, session: Session) -> list[Message]:
-        """The episode's opening as a conversation (`get_messages()`), read under the episode's lock."""
+        """The episode's opening as a conversation (`get_messages()`), read holding the episode alone."""
         messages: list[Message] = await self._read(session, "get_messages")
         return messages
 
     async def initial_observation(self, session: Session) -> Any:
-        """The episode's first observation (`initial_observation()`), read under the episode's lock."""
+        """The episode's first observation (`initial_observation()`), read holding the episode alone."""
         return await self._read(session, "initial_observation")
 
     async def _read(self, session: Session, method: str, episode: Episode | None = None) -> Any:

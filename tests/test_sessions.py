@@ -396,7 +396,7 @@ async def test_sync_tools_run_off_the_event_loop() -> None:
         gate(tag).set()
 
 
-async def test_calls_into_one_session_are_serialised() -> None:
+async def test_calls_of_one_tool_in_one_session_are_serialised() -> None:
     tag = new_tag()
     store = StoreWithCalls(FAST)
     async with store.run():
@@ -625,7 +625,7 @@ async def test_a_sync_tool_past_tool_timeout_keeps_the_episode_busy_until_its_th
             session = await ready(store, "s", task_spec=math_task(0, tag))
             hung = store.start_call(session, "wait", {})
             await eventually(lambda: count(tag, "wait-start") == 1)
-            queued = store.start_call(session, "echo", {"text": "queued behind it"})
+            queued = store.start_call(session, "wait", {})  # queued behind it: calls of one tool take turns
             with anyio.fail_after(5):
                 timed_out = await hung.wait()
                 refused_queued = await queued.wait()
@@ -633,7 +633,7 @@ async def test_a_sync_tool_past_tool_timeout_keeps_the_episode_busy_until_its_th
             assert isinstance(timed_out, ToolRejected) and timed_out.reason == "timeout"
             assert isinstance(refused_queued, ToolRejected) and refused_queued.reason == "session_busy"
             assert isinstance(refused, ToolRejected) and refused.reason == "session_busy"
-            assert count(tag, "echo") == 0 and count(tag, "wait-end") == 0
+            assert count(tag, "echo") == 0 and count(tag, "wait-end") == 0 and count(tag, "wait-start") == 1
             with pytest.raises(SessionBusy):
                 await store.read_prompt(session)
             gate(tag).set()

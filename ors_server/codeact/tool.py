@@ -63,7 +63,8 @@ class ExecuteCode(ToolDef):
 
 
 def execute_code_tool(pool: SandboxPool | None = None) -> ExecuteCode:
-    return ExecuteCode(EXECUTE_CODE, DESCRIPTION, ExecuteCodeInput, _never_called, pool=pool)
+    # Exclusive: the step's code calls the session's other tools, which run within its hold on the episode.
+    return ExecuteCode(EXECUTE_CODE, DESCRIPTION, ExecuteCodeInput, _never_called, exclusive=True, pool=pool)
 
 
 def codeact_wanted(default: bool, *choices: Mapping[str, Any] | None) -> bool:

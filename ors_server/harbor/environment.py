@@ -152,7 +152,7 @@ class HarborEnvironment(Environment):
             self.report_progress(elapsed, total, line or f"running for {elapsed:g} s")
             await anyio.sleep(PROGRESS_EVERY)
 
-    @tool
+    @tool(exclusive=True)  # it grades what the other tools changed: after them, and alone
     async def submit(self) -> ToolOutput:
         """Run the task's tests in the container and end the episode with their reward."""
         container = self._ready()

@@ -272,6 +272,8 @@ def _hosted_tool(described: dict[str, Any], description: dict[str, Any]) -> Host
         input_schema=described.get("input_schema"),
         terminal=bool(described.get("terminal")),
         runs_after_finish=bool(description.get("calls_after_finish")),
+        concurrent=bool(described.get("concurrent")),
+        exclusive=bool(described.get("exclusive")),
     )
 
 

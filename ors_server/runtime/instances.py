@@ -145,10 +145,7 @@ async def tear_down(runtime: Runtime, session: Session, episode: Episode) -> Non
     if env is not None:
         # Give a running call a moment to finish; a hung one must not hold the ending, and teardown is what stops
         # it (a sandbox kills its processes).
-        if episode.lock.locked():
-            with anyio.move_on_after(TEARDOWN_LOCK_WAIT):
-                async with episode.lock:
-                    pass
+        await episode.quiet(TEARDOWN_LOCK_WAIT)
         try:
             if type(env).teardown is not Environment.teardown:  # the base's is a no-op: no thread hop
                 with anyio.fail_after(timeout):

@@ -16,7 +16,8 @@ never asking which kind it is:
     record(episode, output) how a `ToolOutput` counts in the episode (a CodeAct step's calls counted themselves)
 
 A tool is described to clients by `name`, `description`, `schema` and `terminal`; `runs_after_finish` lets its
-calls reach the environment after a tool finished the episode (a framework such as OpenEnv decides that itself).
+calls reach the environment after a tool finished the episode (a framework such as OpenEnv decides that itself);
+`concurrent` and `exclusive` say how its calls share the episode with others (`ors_server.runtime.call_gate`).
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ class ToolRun(Protocol):
 
     async def call_tool(self, name: str, arguments: Any) -> Any:
         """Call another tool of the session from inside this one (a CodeAct step's code): checked, run, recorded
-        and observed as a call from a face, within this call's hold on the episode. Returns its `ToolOutput`, or
-        the failure (which has a `message`)."""
+        and observed as a call from a face, within this call's hold on the episode (so for an `exclusive` tool
+        only). Returns its `ToolOutput`, or the failure (which has a `message`)."""
 
     def tools(self) -> Sequence[Any]:
         """The session's tools, as clients list them."""
@@ -123,6 +124,14 @@ class Tool(Protocol):
 
     @property
     def runs_after_finish(self) -> bool: ...
+
+    @property
+    def concurrent(self) -> bool:
+        """Its calls overlap with every other call (else the calls of one tool run one at a time)."""
+
+    @property
+    def exclusive(self) -> bool:
+        """A call of it holds the episode alone (`runtime.call_gate`)."""
 
     def check(self, arguments: Any) -> Any: ...
 

@@ -27,6 +27,10 @@ class Toolset:
     model argument each, named as `openreward`'s built-in toolset names it, so the input schemas are the same)."""
 
     name: ClassVar[str]
+    concurrent: ClassVar[bool] = True
+    """Its tools' calls overlap with every other call of the session, as `openreward` declares every tool of its
+    harness toolsets (`@tool(concurrent=True)`): they grant no reward, and an edit holds its file's lock
+    (`actions.path_lock`)."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
@@ -39,7 +43,8 @@ class Toolset:
                 if isinstance(value, _ToolMethod):
                     doc = inspect.getdoc(value.function) or ""
                     model = _input_model(type(self).__name__, attr, value.function)
-                    found[attr] = ToolDef(attr, doc.strip(), model, _bound(value.function, self))
+                    concurrent = value.concurrent or self.concurrent
+                    found[attr] = ToolDef(attr, doc.strip(), model, _bound(value.function, self), concurrent=concurrent)
         return found
 
 

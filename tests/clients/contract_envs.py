@@ -1,9 +1,11 @@
-"""`contract`, written against ors_server's API: the same environment as `tests/hosts/contract.py` (an `openreward`
-one), so one client script (`scripts/openreward_contract.py`) holds ours, natively and hosted, and `openreward`'s
-own server to the same answers: a task's own `hint` tool, a conversation, a `@terminal` submit, group scoring."""
+"""`contract` and `turns`, written against ors_server's API: the same environments as `tests/hosts/contract.py`
+(`openreward` ones), so one client script (`scripts/openreward_contract.py`) holds ours, natively and hosted, and
+`openreward`'s own server to the same answers: a task's own `hint` tool, a conversation, a `@terminal` submit, group
+scoring, and tools that take turns as `@tool(concurrent=..., exclusive=...)` says."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,3 +74,68 @@ class Contract(Environment):
             text = candidate.final_answer()
             scores.append(GroupScore(reward=float(text.strip() == self.task_spec["answer"]), metadata={"said": text}))
         return scores
+
+
+class Hold(BaseModel):
+    seconds: float = 60.0
+    finish: bool = False
+
+
+class Turns(Environment):
+    """`hold` waits until `open` is called (or its seconds pass); `peek` and `open` run alongside any call
+    (concurrent); `other` is a second serialised tool; `grade` runs alone (exclusive) and ends the episode."""
+
+    def __init__(self, task_spec: dict[str, Any] | None = None, secrets: dict[str, str] | None = None) -> None:
+        super().__init__(task_spec, secrets)
+        self.opened = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.holds_entered = 0
+        self.holds_inside = 0
+
+    @classmethod
+    def list_splits(cls) -> list[str | Split]:
+        return ["train"]
+
+    @classmethod
+    def list_tasks(cls, split: str) -> list[dict[str, Any]]:
+        return [{"turns": True}]
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text="Take turns.")]
+
+    @tool
+    async def hold(self, params: Hold) -> ToolOutput:
+        """Wait until `open` is called, or `seconds` pass."""
+        self.holds_entered += 1
+        self.holds_inside += 1
+        self.entered.set()
+        try:
+            await asyncio.wait_for(self.opened.wait(), params.seconds)
+            text = "opened"
+        except TimeoutError:
+            text = "timed out"
+        finally:
+            self.holds_inside -= 1
+        return ToolOutput(blocks=[TextBlock(text=text)], reward=0.0, finished=params.finish)
+
+    @tool(concurrent=True)
+    async def peek(self) -> ToolOutput:
+        """How many `hold` calls are inside and have entered, once one has."""
+        await asyncio.wait_for(self.entered.wait(), 60)
+        return ToolOutput(blocks=[TextBlock(text=f"inside={self.holds_inside} entered={self.holds_entered}")])
+
+    @tool
+    async def other(self) -> ToolOutput:
+        """A second serialised tool."""
+        return ToolOutput(blocks=[TextBlock(text="other")])
+
+    @tool(concurrent=True)
+    async def open(self) -> ToolOutput:
+        """Let every `hold` go on."""
+        self.opened.set()
+        return ToolOutput(blocks=[TextBlock(text="open")])
+
+    @tool(exclusive=True)
+    async def grade(self) -> ToolOutput:
+        """Alone: ends the episode."""
+        return ToolOutput(blocks=[TextBlock(text="graded")], reward=1.0, finished=True)

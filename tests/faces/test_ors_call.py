@@ -513,7 +513,7 @@ def test_a_call_keeps_running_when_its_client_disconnects_and_can_be_resumed(cli
 # Concurrency
 
 
-def test_calls_into_one_session_are_serialised(live: Live) -> None:
+def test_calls_of_one_tool_in_one_session_are_serialised(live: Live) -> None:
     tag = new_tag()
     sid = create(live.client, math_task(0, tag))
     results: list[dict] = []

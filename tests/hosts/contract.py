@@ -1,12 +1,14 @@
-"""An `openreward` environment using the contract of `openreward` 0.1.157-0.1.167: a task's own tool (`hint`, only
-on tasks that have one), a conversation (`get_messages`), a `@terminal` submit and group scoring. Served by
-`openreward`'s own `Server` (`python contract.py --port N`, in the openreward venv) and hosted by ours
-(`--env openreward:contract:Contract@<that python>`); `tests/clients/contract_envs.py` is the same environment
+"""`openreward` environments using the contract of `openreward` 0.1.157-0.1.167: `Contract` has a task's own tool
+(`hint`, only on tasks that have one), a conversation (`get_messages`), a `@terminal` submit and group scoring;
+`Turns` has tools that take turns as `@tool(concurrent=..., exclusive=...)` says. Served by `openreward`'s own
+`Server` (`python contract.py --port N`, in the openreward venv) and hosted by ours
+(`--env openreward:contract:Contract@<that python>`); `tests/clients/contract_envs.py` holds the same environments
 written against ors_server's API. It runs in the openreward venv only."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 
 from openreward.environments import Environment, Server, TextBlock, ToolOutput, terminal, tool
 from openreward.environments.types import GroupScore, ListToolsOutput, Message, ToolSpec
@@ -78,7 +80,72 @@ class Contract(Environment):
         return scores
 
 
+class Hold(BaseModel):
+    seconds: float = 60.0
+    finish: bool = False
+
+
+class Turns(Environment):
+    """`hold` waits until `open` is called (or its seconds pass); `peek` and `open` run alongside any call
+    (concurrent); `other` is a second serialised tool; `grade` runs alone (exclusive) and ends the episode."""
+
+    def __init__(self, task_spec: dict = {}, secrets: dict = {}) -> None:  # noqa: B006 - openreward's signature
+        super().__init__(task_spec, secrets)
+        self.opened = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.holds_entered = 0
+        self.holds_inside = 0
+
+    @classmethod
+    def list_splits(cls):
+        return ["train"]
+
+    @classmethod
+    def list_tasks(cls, split: str) -> list[dict]:
+        return [{"turns": True}]
+
+    def get_prompt(self) -> list[TextBlock]:
+        return [TextBlock(text="Take turns.")]
+
+    @tool
+    async def hold(self, params: Hold) -> ToolOutput:
+        """Wait until `open` is called, or `seconds` pass."""
+        self.holds_entered += 1
+        self.holds_inside += 1
+        self.entered.set()
+        try:
+            await asyncio.wait_for(self.opened.wait(), params.seconds)
+            text = "opened"
+        except TimeoutError:
+            text = "timed out"
+        finally:
+            self.holds_inside -= 1
+        return ToolOutput(blocks=[TextBlock(text=text)], reward=0.0, finished=params.finish)
+
+    @tool(concurrent=True)
+    async def peek(self) -> ToolOutput:
+        """How many `hold` calls are inside and have entered, once one has."""
+        await asyncio.wait_for(self.entered.wait(), 60)
+        return ToolOutput(blocks=[TextBlock(text=f"inside={self.holds_inside} entered={self.holds_entered}")])
+
+    @tool
+    async def other(self) -> ToolOutput:
+        """A second serialised tool."""
+        return ToolOutput(blocks=[TextBlock(text="other")])
+
+    @tool(concurrent=True)
+    async def open(self) -> ToolOutput:
+        """Let every `hold` go on."""
+        self.opened.set()
+        return ToolOutput(blocks=[TextBlock(text="open")])
+
+    @tool(exclusive=True)
+    async def grade(self) -> ToolOutput:
+        """Alone: ends the episode."""
+        return ToolOutput(blocks=[TextBlock(text="graded")], reward=1.0, finished=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    Server([Contract]).run(host="127.0.0.1", port=parser.parse_args().port)
+    Server([Contract, Turns]).run(host="127.0.0.1", port=parser.parse_args().port)

@@ -34,11 +34,18 @@ def test_the_newest_contract_is_the_same_on_the_reference_and_on_ours(openreward
     python = str(openreward_python)
     servers = {
         "reference": [python, str(HERE / "contract.py"), "--port", "{port}"],
-        "ours": [*server_command(), "serve", "--port", "{port}", "--env", f"openreward:contract:Contract@{python}"],
-        "native": [*server_command(), "serve", "--port", "{port}", "--env", "tests.clients.contract_envs:Contract"],
+        "ours": [
+            *(server_command() + ["serve", "--port", "{port}"]),
+            *("--env", f"openreward:contract:Contract@{python}", "--env", f"openreward:contract:Turns@{python}"),
+        ],
+        "native": [
+            *(server_command() + ["serve", "--port", "{port}"]),
+            *("--env", "tests.clients.contract_envs:Contract", "--env", "tests.clients.contract_envs:Turns"),
+        ],
         "isolated": [
             *(server_command() + ["serve", "--port", "{port}"]),
             *("--env", "isolated:tests.clients.contract_envs:Contract"),
+            *("--env", "isolated:tests.clients.contract_envs:Turns"),
         ],
     }
     seen = {}
@@ -73,3 +80,14 @@ def test_the_newest_contract_is_the_same_on_the_reference_and_on_ours(openreward
     assert mine["terminal"] == {"reward": 1.0, "finished": True}
     assert mine["after_terminal"]["error"]["reason"] == "episode_finished"
     assert mine["version_keys"] == ["build_sha", "version"]
+    # Calls take turns as the reference serves them (the same on all three): the calls of one tool in order, a
+    # concurrent tool's and another tool's alongside them, a call queued behind a finishing one refused, an
+    # exclusive call after the running ones and before the ones that came after it.
+    turns = mine["turns"]
+    assert turns["peek"]["text"] == ["inside=1 entered=1"], turns
+    assert turns["other"]["text"] == ["other"] and turns["open"]["text"] == ["open"]
+    assert turns["first"] == {"reward": 0.0, "finished": True, "text": ["opened"]}
+    assert turns["second"] == {"error": {"reason": "episode_finished"}}, turns
+    assert turns["after"]["error"]["reason"] == "episode_finished"
+    assert turns["held"]["text"] == ["timed out"] and turns["graded"]["finished"] is True
+    assert turns["peeked"] == {"error": {"reason": "episode_finished"}}, turns

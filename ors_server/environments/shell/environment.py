@@ -167,7 +167,7 @@ class Shell(Environment):
             self.report_progress(elapsed, self.timeout, self.shell.last_line() or f"running for {elapsed:g} s")
             await anyio.sleep(PROGRESS_EVERY)
 
-    @tool
+    @tool(exclusive=True)  # it grades what the other tools changed: after them, and alone
     async def submit(self) -> ToolOutput:
         """Have the working directory checked against the task; ends the episode."""
         if self.shell is None or self.workdir is None:

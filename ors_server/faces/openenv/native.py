@@ -52,7 +52,7 @@ def rpc_result(result: CallResult) -> dict[str, Any] | None:
 
 async def ask(store: SessionStore, session: Session, name: str) -> Any:
     """Ask the episode's instance of the class for `name` (its `state`, its reset observation, a `list_tools`
-    step), under the episode's lock as every read of an episode is."""
+    step), holding the episode alone, as every read of an episode does."""
     episode = session.episode
     if not await episode.admit():
         raise FrameError("EXECUTION_ERROR", "an earlier call of this session timed out and still runs")

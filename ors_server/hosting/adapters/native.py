@@ -40,7 +40,14 @@ async def _run(function, *args, **kwargs):
 
 
 def _described(spec):
-    return {"name": spec.name, "description": spec.description, "input_schema": spec.schema, "terminal": spec.terminal}
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": spec.schema,
+        "terminal": spec.terminal,
+        "concurrent": spec.concurrent,
+        "exclusive": spec.exclusive,
+    }
 
 
 class NativeAdapter:

@@ -246,7 +246,8 @@ class OpenEnvAdapter:
             "name": name,
             "description": metadata.description or (inspect.getdoc(self.cls) or "").split("\n")[0],
             "splits": [],
-            "tools": tools,
+            # One action at a time, whichever tool: an OpenEnv class's state is one, stepped in order.
+            "tools": [{**tool, "exclusive": True} for tool in tools],
             "calls_after_finish": True,
             "sessions_per_process": None if getattr(self.cls, "SUPPORTS_CONCURRENT_SESSIONS", False) else 1,
             "extra": {

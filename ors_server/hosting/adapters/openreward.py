@@ -55,6 +55,15 @@ def _input_schema(method):
     return typing.get_type_hints(function)[params[0].name].model_json_schema()
 
 
+def _call_rules(method):
+    """How calls of a tool method may overlap, as its `@tool(concurrent=..., exclusive=...)` marks it: the server
+    serves the same rules (a `@terminal` tool is exclusive there too)."""
+    return {
+        "concurrent": bool(getattr(method, "_env_tool_concurrent", False)),
+        "exclusive": bool(getattr(method, "_env_tool_exclusive", False)),
+    }
+
+
 def _first_line(exc):
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else ""
@@ -79,7 +88,12 @@ class OpenRewardAdapter:
                 )
         listed = self.cls.list_tools()
         tools = [
-            {"name": spec.name, "description": spec.description, "input_schema": spec.input_schema}
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "input_schema": spec.input_schema,
+                **_call_rules(getattr(self.cls, spec.name, None)),
+            }
             for spec in listed.tools
         ]
         if listed.terminal_tool is not None:
@@ -92,6 +106,7 @@ class OpenRewardAdapter:
                     "description": term.description,
                     "input_schema": _input_schema(getattr(self.cls, term.name)),
                     "terminal": True,
+                    **_call_rules(getattr(self.cls, term.name)),
                 }
             )
         return {
@@ -115,7 +130,12 @@ class OpenRewardAdapter:
             # shared ones are the description's, so only the task's are sent.
             listed = await self.run(instance.list_task_tools)
             return [
-                {"name": spec.name, "description": spec.description, "input_schema": spec.input_schema}
+                {
+                    "name": spec.name,
+                    "description": spec.description,
+                    "input_schema": spec.input_schema,
+                    **_call_rules(getattr(instance, spec.name, None)),
+                }
                 for spec in listed.tools
             ]
         if name == "messages":
