@@ -6,9 +6,10 @@ the other workers sit idle. Handing out the longest first (the longest-processin
 the bulk of short modules does. A module is still one unit (its module-scoped servers start once); only the
 order and the moment a unit is handed out change, never which tests run.
 
-`SECONDS` holds what each slow module took under `-n 4` on a 2-core machine (the sum of its tests' setup, call
-and teardown from `--durations=0`). It only orders the queue: a module missing from it goes after those listed,
-in xdist's order, so a stale figure costs wall time, never a test.
+`SECONDS` holds what each slow module took under `-n 4` on the 2-core machine (its tests' setup, call and
+teardown, in a full run at load 10-16 with other work on the machine: their order is what counts). It only orders
+the queue: a module missing from it goes after those listed, in xdist's order, so a stale figure costs wall time,
+never a test.
 """
 
 from __future__ import annotations
@@ -19,37 +20,46 @@ from xdist.scheduler import LoadScopeScheduling
 from xdist.workermanage import WorkerController
 
 SECONDS: dict[str, float] = {
-    "tests/clients/test_openenv_client.py": 780,
-    "tests/hosts/test_openreward.py": 300,
-    "tests/hosts/test_openreward_startup.py": 300,
-    "tests/test_docs_examples.py": 545,
-    "tests/clients/test_trl.py": 405,
-    "tests/clients/test_through_front.py": 365,
-    "tests/test_loading.py": 340,
-    "tests/scale/test_fronts.py": 330,
-    "tests/hosts/test_openenv.py": 305,
-    "tests/test_container.py": 240,
-    "tests/records/test_cli_and_export.py": 215,
-    "tests/reliability/test_openapi_fuzz.py": 205,
-    "tests/harbor/test_scale.py": 180,
-    "tests/records/test_durability.py": 180,
-    "tests/harbor/test_ray.py": 165,
-    "tests/scale/test_streaming.py": 160,
-    "tests/clients/test_openreward_client.py": 150,
-    "tests/clients/test_toolsets.py": 150,
-    "tests/clients/test_verifiers.py": 135,
-    "tests/test_port_in_use.py": 130,
-    "tests/scale/test_placement.py": 105,
-    "tests/scale/test_ws_flood_front.py": 100,
-    "tests/harbor/test_cleanup.py": 85,
-    "tests/records/test_stats.py": 80,
-    "tests/records/test_codeact_episode.py": 75,
-    "tests/clients/test_ors_sdk_client.py": 70,
-    "tests/clients/test_mcp_ts_client.py": 65,
-    "tests/clients/test_fastmcp_client.py": 65,
-    "tests/scale/test_ray.py": 55,
-    "tests/hosts/test_openreward_contract.py": 55,
-    "tests/records/test_large_episodes.py": 55,
+    "tests/test_docs_examples.py": 620,
+    "tests/clients/test_openenv_client.py": 600,
+    "tests/test_loading.py": 390,
+    "tests/clients/test_through_front.py": 370,
+    "tests/clients/test_trl.py": 240,
+    "tests/harbor/test_ray.py": 240,
+    "tests/scale/test_ray.py": 210,
+    "tests/scale/test_fronts.py": 180,
+    "tests/test_container.py": 170,
+    "tests/hosts/test_openenv.py": 140,
+    "tests/clients/test_openreward_client.py": 140,
+    "tests/hosts/test_openreward_startup.py": 140,
+    "tests/hosts/test_openreward.py": 120,
+    "tests/reliability/test_openapi_fuzz.py": 120,
+    "tests/clients/test_eval_protocol_client.py": 110,
+    "tests/clients/test_ors_client.py": 110,
+    "tests/harbor/test_episodes.py": 110,
+    "tests/harbor/test_scale.py": 100,
+    "tests/compose/test_composition.py": 96,
+    "tests/records/test_durability.py": 89,
+    "tests/test_api_key_sources.py": 66,
+    "tests/hosts/test_openreward_contract.py": 66,
+    "tests/records/test_cli_and_export.py": 62,
+    "tests/clients/test_env_ports.py": 61,
+    "tests/scale/test_mcp_episodes.py": 56,
+    "tests/harbor/test_cleanup.py": 47,
+    "tests/clients/test_tool_outcomes.py": 45,
+    "tests/scale/test_workers.py": 44,
+    "tests/compose/test_tool_server_processes.py": 42,
+    "tests/clients/test_verifiers.py": 41,
+    "tests/test_cli.py": 41,
+    "tests/scale/test_ws_flood_front.py": 40,
+    "tests/environments/test_shell.py": 40,
+    "tests/test_one_way.py": 37,
+    "tests/ui/test_dashboard.py": 35,
+    "tests/test_port_in_use.py": 34,
+    "tests/clients/test_mcp_ts_client.py": 31,
+    "tests/scale/test_placement.py": 31,
+    "tests/hosts/test_isolated.py": 31,
+    "tests/environments/test_shell_driver.py": 31,
 }
 
 
