@@ -386,9 +386,10 @@ class OrsFace:
         if body.env_name is None:
             logger.debug(
                 "session %s: /create names no env_name (an openreward client without a variant): "
-                "serving the default environment (of the port, or the first) '%s'",
+                "serving the default environment '%s' (%s)",
                 sid,
                 env_cls.name,
+                "its port's" if request.scope.get(PORT_ENV) else "the server's first",
             )
         secrets = _secrets(request, body)
         task_spec = body.task_spec

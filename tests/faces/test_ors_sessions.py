@@ -123,7 +123,7 @@ def test_create_without_env_name_logs_which_environment_it_got_at_debug(
     assert record.levelno == logging.DEBUG
     assert record.getMessage() == (
         f"session {sid}: /create names no env_name (an openreward client without a variant): "
-        "serving the default environment 'mathlike'"
+        "serving the default environment 'mathlike' (the server's first)"
     )
 
 
