@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients import client_venvs
-from tests.serving import free_port
+from tests.serving import free_port, listens
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 RESULT_PREFIX = "ORS-CLIENT-RESULT "
@@ -72,27 +72,24 @@ def _healthy(url: str) -> bool:
 def run_server(log_dir: Path, *args: str, cwd: Path | None = None) -> Iterator[Server]:
     """`ors-server serve --port <free port> *args` (started in `cwd`) as a subprocess until the block ends,
     then SIGTERM."""
-    port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"server-{port}.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [*server_command(), "serve", "--port", str(port), *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=cwd,
-        )
-    server = Server(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+    for attempt in range(PORT_ATTEMPTS):
+        port = free_port()
+        log_path = log_dir / f"server-{port}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [*server_command(), "serve", "--port", str(port), *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+            )
+        server = Server(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+        if _started(server) or attempt == PORT_ATTEMPTS - 1:
+            break
     try:
-        # An external process gives no event to wait on: poll its health, bounded.
-        deadline = time.monotonic() + SERVER_START_TIMEOUT
-        while not _healthy(server.url):
-            if process.poll() is not None:
-                raise RuntimeError(f"ors-server exited with {process.returncode} at start:\n{server.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"ors-server not healthy after {SERVER_START_TIMEOUT} s:\n{server.log_tail()}")
-            time.sleep(0.1)
+        if process.poll() is not None:
+            raise RuntimeError(f"ors-server exited with {process.returncode} at start:\n{server.log_tail()}")
         yield server
     finally:
         killed = _stop(process)
@@ -100,6 +97,25 @@ def run_server(log_dir: Path, *args: str, cwd: Path | None = None) -> Iterator[S
         raise RuntimeError(
             f"ors-server ignored SIGTERM for {SERVER_STOP_TIMEOUT} s and was killed:\n{server.log_tail()}"
         )
+
+
+PORT_ATTEMPTS = 3
+
+
+def _started(server: Server) -> bool:
+    """Wait until the server answers /health on its port; False if another process took the port first (a test
+    in another xdist worker got the same free port: its server would answer /health for ours), so the caller
+    starts it again on another. An external process gives no event to wait on: poll, bounded."""
+    port = int(server.url.rsplit(":", 1)[1])
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while not (_healthy(server.url) and listens(server.process, port)):
+        if server.process.poll() is not None:
+            return "already in use" not in server.log_tail()
+        if time.monotonic() > deadline:
+            _stop(server.process)
+            raise RuntimeError(f"ors-server not healthy after {SERVER_START_TIMEOUT} s:\n{server.log_tail()}")
+        time.sleep(0.1)
+    return True
 
 
 def _stop(process: subprocess.Popen[bytes]) -> bool:
