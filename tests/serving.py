@@ -81,6 +81,11 @@ def serve(app, log_level: str = "warning", **options) -> Iterator[str]:
         thread.join(timeout=30)
 
 
+class PortTaken(AssertionError):
+    """The server exited at start because its port was taken: a test in another xdist worker got the same free
+    port (start it again on another)."""
+
+
 def wait_for_health(
     url: str,
     process: subprocess.Popen | None = None,
@@ -88,20 +93,28 @@ def wait_for_health(
     within: float = 180.0,
     what: str = "the server",
     log: Path | None = None,
+    own_port: bool = False,
 ) -> None:
     """Return once `url`/health answers 200. A server in another process gives no event to wait on: poll, bounded.
     Fails naming `what` (with the tail of `log`, its output) if `process` exits first or `within` seconds pass: a
     bound, not an expectation (a healthy server answers in seconds, but on a loaded 2-core machine running the
-    slowest modules together an import can take a minute)."""
+    slowest modules together an import can take a minute). With `own_port`, the answer counts only once `process`
+    (or a process it started) listens on the port: another test's server may hold it and answer for ours; if that
+    made `process` exit, PortTaken."""
+    port = int(url.rsplit(":", 1)[1])
     deadline = time.monotonic() + within
     while True:
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
+                if not own_port or process is None or listens(process, port):
+                    return
         except httpx.TransportError:
             pass
         exited = process is not None and process.poll() is not None
         if exited or time.monotonic() > deadline:
-            tail = f":\n{log.read_text(errors='replace')[-4000:]}" if log is not None else ""
+            output = log.read_text(errors="replace")[-4000:] if log is not None else ""
+            if exited and own_port and "already in use" in output:
+                raise PortTaken(f"{what} found its port {port} taken")
+            tail = f":\n{output}" if log is not None else ""
             raise AssertionError(f"{what} {'exited at start' if exited else 'did not answer /health'}{tail}")
         time.sleep(0.1)

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.clients import client_venvs
-from tests.serving import free_port, listens
+from tests.serving import PortTaken, free_port, wait_for_health
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 RESULT_PREFIX = "ORS-CLIENT-RESULT "
@@ -85,11 +84,18 @@ def run_server(log_dir: Path, *args: str, cwd: Path | None = None) -> Iterator[S
                 cwd=cwd,
             )
         server = Server(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
-        if _started(server) or attempt == PORT_ATTEMPTS - 1:
+        try:
+            wait_for_health(
+                server.url, process, within=SERVER_START_TIMEOUT, what="ors-server", log=log_path, own_port=True
+            )
             break
+        except PortTaken:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+        except BaseException:
+            _stop(process)
+            raise
     try:
-        if process.poll() is not None:
-            raise RuntimeError(f"ors-server exited with {process.returncode} at start:\n{server.log_tail()}")
         yield server
     finally:
         killed = _stop(process)
@@ -100,22 +106,7 @@ def run_server(log_dir: Path, *args: str, cwd: Path | None = None) -> Iterator[S
 
 
 PORT_ATTEMPTS = 3
-
-
-def _started(server: Server) -> bool:
-    """Wait until the server answers /health on its port; False if another process took the port first (a test
-    in another xdist worker got the same free port: its server would answer /health for ours), so the caller
-    starts it again on another. An external process gives no event to wait on: poll, bounded."""
-    port = int(server.url.rsplit(":", 1)[1])
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
-    while not (_healthy(server.url) and listens(server.process, port)):
-        if server.process.poll() is not None:
-            return "already in use" not in server.log_tail()
-        if time.monotonic() > deadline:
-            _stop(server.process)
-            raise RuntimeError(f"ors-server not healthy after {SERVER_START_TIMEOUT} s:\n{server.log_tail()}")
-        time.sleep(0.1)
-    return True
+"""Starts of a server whose free port another test took first."""
 
 
 def _stop(process: subprocess.Popen[bytes]) -> bool:
